@@ -1,0 +1,57 @@
+# make all                 generate from the spec and build build/libew.so
+# make all SPEC="libew/ops.toml my_ops.toml"   add your own ops
+# make test | demo | bench | clean
+SPEC ?= libew/ops.toml
+PYTHON ?= python3
+NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
+ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+        -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
+EXTRA_NVCCFLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+HEADERS := $(wildcard libew/*.cuh libew/*.h)
+LIBEW_SOURCES := $(wildcard libew/*.cu)
+
+.PHONY: all generate test demo bench clean
+
+all: generate
+	@$(MAKE) --no-print-directory -j$(JOBS) build/libew.so
+
+generate:
+	$(PYTHON) -m generator --out build $(SPEC)
+
+-include build/gen/sources.mk
+OBJS := $(patsubst build/gen/%.cu,build/obj/%.o,$(GEN_SOURCES)) \
+        $(patsubst libew/%.cu,build/obj/libew_%.o,$(LIBEW_SOURCES))
+
+CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Xcompiler -fPIC,-fvisibility=hidden \
+          -Ilibew -Ibuild/gen -MMD -MP
+
+build/libew.so: $(OBJS)
+	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
+	@echo "built $@ ($(words $(OBJS)) objects)"
+
+build/obj/%.o: build/gen/%.cu
+	@mkdir -p $(dir $@)
+	@echo "nvcc $<"
+	@$(NVCC) $(CUFLAGS) -c $< -o $@
+
+build/obj/libew_%.o: libew/%.cu
+	@mkdir -p $(dir $@)
+	@echo "nvcc $<"
+	@$(NVCC) $(CUFLAGS) -c $< -o $@
+
+-include $(OBJS:.o=.d)
+
+test:
+	$(PYTHON) -m pytest -q tests
+
+demo:
+	$(PYTHON) examples/demo.py
+
+bench:
+	$(PYTHON) -m pyew bench
+
+clean:
+	rm -rf build

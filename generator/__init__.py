@@ -1,0 +1,1 @@
+"""pyew's code generator: spec (TOML) -> typed model -> Mako templates -> build/."""

@@ -1,0 +1,32 @@
+// generated from ${op.source} by generator/ -- do not edit
+// ${kernel.name}: ${op.doc}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
+#include "ew_api.h"
+#include "elementwise.cuh"
+#include "fn/${op.name}.cuh"
+
+namespace {
+
+struct Fn {
+% for p in op.params:
+  ${ptype(p)} ${p.name};
+% endfor
+
+  __device__ __forceinline__ ${Out.ctype} operator()(${', '.join(f'{T.ctype} {i}' for i in op.inputs)}) const {
+    return ew::convert<${Out.ctype}>(ewf::${op.name}<${C}>(${call_args}));
+  }
+% if pair:
+
+  // paired form (two elements per call), from the spec's 'pair' entry for ${T.name}
+  __device__ __forceinline__ ${Out.pair} apply2(${', '.join(f'{T.pair} {i}' for i in op.inputs)}) const {
+    return (${pair});
+  }
+% endif
+};
+
+}  // namespace
+
+EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
+  const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
+  return static_cast<int>(ew::launch_map(ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, f, n,
+      static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
+}

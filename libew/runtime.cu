@@ -1,0 +1,40 @@
+// Runtime helpers exported next to the generated kernels: CUDA error names for pyew's exceptions,
+// and a fill kernel that broadcasts a scalar operand to a buffer.
+#include "ew_api.h"
+#include "elementwise.cuh"
+
+EW_API const char* ew_error_name(int code) {
+  return cudaGetErrorName(static_cast<cudaError_t>(code));
+}
+
+EW_API const char* ew_error_string(int code) {
+  return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+
+namespace {
+template <typename T>
+struct Constant {
+  T value;
+  __device__ __forceinline__ T operator()() const { return value; }
+};
+
+template <typename T>
+cudaError_t fill(const ew::Launch& l, void* out, int64_t n, uint64_t bits) {
+  T v;
+  memcpy(&v, &bits, sizeof(T));
+  return ew::launch_map(l, Constant<T>{v}, n, static_cast<T*>(out));
+}
+}  // namespace
+
+// Fill out[0..n) with the itemsize-byte pattern in the low bytes of `bits`.
+EW_API int ew_fill(void* out, int64_t n, int itemsize, uint64_t bits, void* stream, int sms,
+                   int threads_per_sm) {
+  const ew::Launch l{static_cast<cudaStream_t>(stream), sms, threads_per_sm};
+  switch (itemsize) {
+    case 1: return fill<uint8_t>(l, out, n, bits);
+    case 2: return fill<uint16_t>(l, out, n, bits);
+    case 4: return fill<uint32_t>(l, out, n, bits);
+    case 8: return fill<uint64_t>(l, out, n, bits);
+    default: return cudaErrorInvalidValue;
+  }
+}

@@ -1,0 +1,64 @@
+"""The dtype table: one row per element type pyew knows.
+
+Both the generator (C++ spelling, procedural name token) and the runtime (numpy dtype, ctypes
+scalar type for kernel parameters) read this one table, so a dtype is described in one place.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str            # numpy-style name, used in specs and in the Python API
+    token: str           # procedural-name token: ew_<op>_<token>
+    ctype: str           # C++ storage type
+    compute: str         # C++ type the spec's expression is evaluated in
+    pair: str | None     # C++ type holding two elements (the seeds' Apply2), if any
+    itemsize: int
+    kind: str            # "float" or "int"
+    param_ctypes: type   # ctypes type that carries a scalar of this dtype's kind into C
+
+    @cached_property
+    def np(self) -> np.dtype:
+        if self.name == "bfloat16":
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.name)
+
+
+TABLE: tuple[DType, ...] = (
+    DType("float32", "f32", "float", "float", "float2", 4, "float", ctypes.c_double),
+    DType("float64", "f64", "double", "double", "double2", 8, "float", ctypes.c_double),
+    DType("float16", "f16", "__half", "float", "__half2", 2, "float", ctypes.c_double),
+    DType("bfloat16", "bf16", "__nv_bfloat16", "float", "__nv_bfloat162", 2, "float", ctypes.c_double),
+    DType("int32", "i32", "int32_t", "int32_t", None, 4, "int", ctypes.c_int64),
+    DType("int64", "i64", "int64_t", "int64_t", None, 8, "int", ctypes.c_int64),
+)
+
+BY_NAME: dict[str, DType] = {d.name: d for d in TABLE}
+BY_TOKEN: dict[str, DType] = {d.token: d for d in TABLE}
+
+# Named groups a spec may use in place of a dtype list.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "float": ("float32", "float64", "float16", "bfloat16"),
+    "half": ("float16", "bfloat16"),
+    "int": ("int32", "int64"),
+}
+
+
+def lookup(dtype) -> DType:
+    """The table row for a numpy dtype, a dtype name or a DType; KeyError if pyew lacks it."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str) and dtype in BY_NAME:
+        return BY_NAME[dtype]
+    npd = np.dtype(dtype)
+    for d in TABLE:
+        if d.np == npd:
+            return d
+    raise KeyError(str(npd))
