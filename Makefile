@@ -8,6 +8,7 @@ ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 
         -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
 EXTRA_NVCCFLAGS ?=
+BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 HEADERS := $(wildcard libew/*.cuh libew/*.h)
@@ -16,28 +17,28 @@ LIBEW_SOURCES := $(wildcard libew/*.cu)
 .PHONY: all generate test demo bench clean
 
 all: generate
-	@$(MAKE) --no-print-directory -j$(JOBS) build/libew.so
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew.so
 
 generate:
-	$(PYTHON) -m generator --out build $(SPEC)
+	$(PYTHON) -m generator --out $(BUILD) $(SPEC)
 
--include build/gen/sources.mk
-OBJS := $(patsubst build/gen/%.cu,build/obj/%.o,$(GEN_SOURCES)) \
-        $(patsubst libew/%.cu,build/obj/libew_%.o,$(LIBEW_SOURCES))
+-include $(BUILD)/gen/sources.mk
+OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(GEN_SOURCES)) \
+        $(patsubst libew/%.cu,$(BUILD)/obj/libew_%.o,$(LIBEW_SOURCES))
 
 CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Xcompiler -fPIC,-fvisibility=hidden \
-          -Ilibew -Ibuild/gen -MMD -MP
+          -Ilibew -I$(BUILD)/gen -MMD -MP
 
-build/libew.so: $(OBJS)
+$(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
 
-build/obj/%.o: build/gen/%.cu
+$(BUILD)/obj/%.o: $(BUILD)/gen/%.cu
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(NVCC) $(CUFLAGS) -c $< -o $@
 
-build/obj/libew_%.o: libew/%.cu
+$(BUILD)/obj/libew_%.o: libew/%.cu
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(NVCC) $(CUFLAGS) -c $< -o $@
@@ -54,4 +55,4 @@ bench:
 	$(PYTHON) -m pyew bench
 
 clean:
-	rm -rf build
+	rm -rf $(BUILD)
