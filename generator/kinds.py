@@ -37,7 +37,10 @@ class Kind:
 def _map_entries(op, d):
     args = (("out", "out"),) + tuple((i, "in") for i in op.inputs) + (("n", "i64"),)
     args += tuple((p.name, "f64" if p.type == "float" else "i64") for p in op.params)
-    return [Entry("forward", f"ew_{op.name}_{d.token}", args + LAUNCH)]
+    # forward first: pyew binds entries[0]. "naive" is the seeds' one-element-per-thread kernel of
+    # the same expression, built only so the benchmark can show what the template gains over it.
+    return [Entry("forward", f"ew_{op.name}_{d.token}", args + LAUNCH),
+            Entry("naive", f"ew_naive_{op.name}_{d.token}", args + LAUNCH)]
 
 
 def _relu_mask_entries(op, d):
@@ -83,7 +86,7 @@ def _scatter_entries(op, d):
 _COMMON = frozenset({"doc", "dtypes"})
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("map", "map.cu.mako", frozenset({"inputs", "dtypes", "expr", "ref", "doc"}),
-         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out"}, ALL, 1, 8, ("x",), _map_entries),
+         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out", "rtol"}, ALL, 1, 8, ("x",), _map_entries),
     Kind("relu_mask", "relu_mask.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON | {"inputs"}, FLOATS, 1, 2, ("x",), _relu_mask_entries),
     Kind("mask_backward", "mask_backward.cu.mako", frozenset({"dtypes", "doc"}),

@@ -64,7 +64,7 @@ def manifest(spec: Spec) -> dict:
         ops.append({
             "name": op.name, "kind": op.kind, "inputs": list(op.inputs), "doc": op.doc,
             "params": [{"name": p.name, "type": p.type, "default": p.default} for p in op.params],
-            "ref": op.ref, "out": op.out, "source": op.source,
+            "ref": op.ref, "out": op.out, "source": op.source, "rtol": op.rtol,
             "kernels": [{
                 "dtype": k.dtype.name, "out_dtype": k.out_dtype.name,
                 "paired": op.pair_expr(k.dtype) is not None,

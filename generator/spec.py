@@ -57,6 +57,7 @@ class Op:
     params: tuple[Param, ...] = ()
     pair: tuple[tuple[str, str], ...] = ()    # (dtype name, paired expression)
     out: str | None = None                     # fixed output dtype name (casts)
+    rtol: float | None = None                  # test tolerance override for float32/float64
     calls: tuple[str, ...] = ()                # other ops this expression calls
 
     @property
@@ -260,10 +261,28 @@ def parse_op(entry, path) -> Op:
             _fail(path, name, "pair", f"output dtype {out!r} has no paired type")
         if not isinstance(v, str) or not v.strip():
             _fail(path, name, "pair", f"the {k} expression must be a non-empty string")
+    rtol = entry.get("rtol")
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1):
+        _fail(path, name, "rtol", f"must be a number in (0, 1), got {rtol!r}")
     calls = tuple(sorted({c for c in _CALL.findall(expr)}))
-    return Op(name=name, kind=kind_name, inputs=inputs, dtypes=dtypes, doc=doc, source=str(path),
-              expr=expr, ref=ref, params=params,
-              pair=tuple(sorted((k, v.strip()) for k, v in pair.items())), out=out, calls=calls)
+    op = Op(name=name, kind=kind_name, inputs=inputs, dtypes=dtypes, doc=doc, source=str(path),
+            expr=expr, ref=ref, params=params,
+            pair=tuple(sorted((k, v.strip()) for k, v in pair.items())), out=out, calls=calls,
+            rtol=None if rtol is None else float(rtol))
+    _check_entry_args(op, path)
+    return op
+
+
+def _check_entry_args(op: Op, path):
+    """Inputs and params become C parameters next to the kind's fixed ones (y, mask, n, stream,
+    sms, ...); a clash would only surface as a compile error in generated code."""
+    for e in Kernel(op, op.dtypes[0]).entries():
+        names = [a for a, _ in e.args]
+        for a in names:
+            if names.count(a) > 1:
+                fld = "params" if a in {p.name for p in op.params} else "inputs"
+                _fail(path, op.name, fld, f"name {a!r} clashes with a parameter of the C entry point "
+                      f"{e.symbol}({', '.join(names)}); pick another")
 
 
 def parse_text(text: str, path: str) -> list[Op]:

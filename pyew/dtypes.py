@@ -38,6 +38,9 @@ TABLE: tuple[DType, ...] = (
     DType("bfloat16", "bf16", "__nv_bfloat16", "float", "__nv_bfloat162", 2, "float", ctypes.c_double),
     DType("int32", "i32", "int32_t", "int32_t", None, 4, "int", ctypes.c_int64),
     DType("int64", "i64", "int64_t", "int64_t", None, 8, "int", ctypes.c_int64),
+    # The word type of relu_mask's packed bitmask, so masks are ordinary arrays (asarray, get,
+    # out=). It is in no group and in no op kind's dtype list: no kernel is built for it.
+    DType("uint32", "u32", "uint32_t", "uint32_t", None, 4, "int", ctypes.c_int64),
 )
 
 BY_NAME: dict[str, DType] = {d.name: d for d in TABLE}

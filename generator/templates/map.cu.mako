@@ -2,6 +2,7 @@
 // ${kernel.name}: ${op.doc}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
 #include "ew_api.h"
 #include "elementwise.cuh"
+#include "naive.cuh"
 #include "fn/${op.name}.cuh"
 
 namespace {
@@ -30,3 +31,14 @@ EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op
   return static_cast<int>(ew::launch_map(ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, f, n,
       static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
 }
+% for e in [e for e in entries if e.role == "naive"]:
+
+// The seeds' naive one-element-per-thread kernel of the same Fn: the benchmark's baseline only.
+EW_API int ${e.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
+  (void)sms;
+  (void)threads_per_sm;
+  const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
+  return static_cast<int>(ew::launch_naive(static_cast<cudaStream_t>(stream), f, n,
+      static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
+}
+% endfor

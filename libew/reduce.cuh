@@ -1,0 +1,138 @@
+// Dot product of two vectors in three flavours (seed 001's FastAtomicAdd benchmark):
+//   fast         each thread accumulates its elements in Acc (float; double for float64), the block
+//                sums its threads with warp shuffles, and one thread per block does ONE atomicAdd
+//                into an Acc scratch word; a one-thread kernel then rounds it to the result dtype.
+//   half_atomic  (float16/bfloat16) the seed's plain variant: per-thread float accumulation, then
+//                every thread does a 16-bit atomicAdd of its rounded partial sum on the result.
+//   half2_pack   (float16/bfloat16) the same per-thread partial sums, each added with the
+//                FastAtomicAdd helper into a half accumulator that sits at the start of the
+//                (4-byte aligned) scratch buffer, so every add is a paired half2/bfloat162 atomic
+//                {partial, -0}; a one-thread kernel copies the accumulator to the result.
+// The two per-thread-atomic variants exist to measure atomics; their accuracy is that of adding
+// thousands of rounded partial sums in half precision, not of the fast variant.
+//
+// Loads are packs of up to 16 bytes, as wide as both inputs' addresses allow; the tail past the
+// last whole pack goes one element per thread to the first threads. The grid is one wave of
+// resident blocks; each thread loops over the vectors.
+#pragma once
+#include "elementwise.cuh"
+#include "fast_atomic.cuh"
+
+namespace ew {
+
+template <typename Acc>
+__device__ __forceinline__ Acc warp_sum(Acc v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block; the result is valid in thread 0. Every thread of the block must call it.
+template <typename Acc>
+__device__ __forceinline__ Acc block_sum(Acc v) {
+  __shared__ Acc partial[kBlock / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) v = warp_sum(lane < kBlock / 32 ? partial[lane] : Acc(0));
+  return v;
+}
+
+// This thread's share of sum(a[i] * b[i]) in Acc; `any` says whether it had any element.
+template <int N, typename T, typename Acc>
+__device__ __forceinline__ Acc thread_dot(const T* __restrict__ a, const T* __restrict__ b, int64_t n, bool& any) {
+  const int64_t n_packs = n / N;
+  const int64_t stride = int64_t(gridDim.x) * kBlock;
+  const int64_t first = int64_t(blockIdx.x) * kBlock + threadIdx.x;
+  Acc acc = Acc(0);
+  for (int64_t p = first; p < n_packs; p += stride) {
+    const Pack<T, N> pa = load_pack<T, N>(a, p);
+    const Pack<T, N> pb = load_pack<T, N>(b, p);
+#pragma unroll
+    for (int j = 0; j < N; ++j) acc += convert<Acc>(pa.v[j]) * convert<Acc>(pb.v[j]);
+  }
+  const int64_t tail = n - n_packs * N;
+  if (first < tail) {
+    const int64_t i = n_packs * N + first;
+    acc += convert<Acc>(a[i]) * convert<Acc>(b[i]);
+  }
+  any = first < n_packs || first < tail;
+  return acc;
+}
+
+template <int N, typename T, typename Acc>
+__global__ void __launch_bounds__(kBlock)
+dot_fast_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, Acc* __restrict__ sum) {
+  bool any;
+  const Acc s = block_sum(thread_dot<N, T, Acc>(a, b, n, any));
+  if (threadIdx.x == 0) atomicAdd(sum, s);
+}
+
+template <int N, typename T>
+__global__ void __launch_bounds__(kBlock)
+dot_half_atomic_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, T* __restrict__ result) {
+  bool any;
+  const float s = thread_dot<N, T, float>(a, b, n, any);
+  if (any) atomicAdd(result, convert<T>(s));
+}
+
+template <int N, typename T>
+__global__ void __launch_bounds__(kBlock)
+dot_half2_pack_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, T* __restrict__ acc) {
+  bool any;
+  const float s = thread_dot<N, T, float>(a, b, n, any);
+  if (any) fast_atomic_add(acc, 0, 2, convert<T>(s));   // acc[0..1] is one aligned pair
+}
+
+template <typename T, typename S>
+__global__ void dot_finalize_kernel(T* result, const S* sum) {
+  *result = convert<T>(*sum);
+}
+
+enum class DotMethod { kFast, kHalfAtomic, kHalf2Pack };
+
+inline int dot_grid(int64_t packs, const Launch& l) {
+  const int64_t wave = std::max<int64_t>(1, int64_t(l.sms) * std::max(1, l.threads_per_sm / kBlock));
+  return static_cast<int>(std::max<int64_t>(1, std::min((packs + kBlock - 1) / kBlock, wave)));
+}
+
+template <int N, DotMethod M, typename T, typename Acc>
+void launch_dot_n(const Launch& l, void* result, void* work, const T* a, const T* b, int64_t n) {
+  const int grid = dot_grid(n / N + 1, l);
+  if constexpr (M == DotMethod::kFast)
+    dot_fast_kernel<N, T, Acc><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<Acc*>(work));
+  else if constexpr (M == DotMethod::kHalfAtomic)
+    dot_half_atomic_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<T*>(result));
+  else
+    dot_half2_pack_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<T*>(work));
+}
+
+// result: one T. work: at least 8 bytes, 8-byte aligned (the Acc sum, or the half accumulator
+// pair); zeroed here, on the stream, so the entry point is self-contained.
+template <DotMethod M, typename T, typename Acc>
+cudaError_t launch_dot(const Launch& l, void* result, void* work, const T* a, const T* b, int64_t n) {
+  if (n < 0 || !aligned_to(work, 8)) return cudaErrorInvalidValue;
+  static_assert(sizeof(Acc) <= 8, "the scratch holds one Acc");
+  void* zeroed = M == DotMethod::kHalfAtomic ? result : work;
+  cudaError_t rc = cudaMemsetAsync(zeroed, 0, M == DotMethod::kHalfAtomic ? sizeof(T) : 8, l.stream);
+  if (rc != cudaSuccess) return rc;
+  if (n > 0) {
+    constexpr int kMax = max_pack<T>();
+    int pack = kMax;
+    while (pack > 1 && !(aligned_to(a, pack * sizeof(T)) && aligned_to(b, pack * sizeof(T)))) pack /= 2;
+    if (pack == 8) { if constexpr (kMax >= 8) launch_dot_n<8, M, T, Acc>(l, result, work, a, b, n); }
+    else if (pack == 4) { if constexpr (kMax >= 4) launch_dot_n<4, M, T, Acc>(l, result, work, a, b, n); }
+    else if (pack == 2) launch_dot_n<2, M, T, Acc>(l, result, work, a, b, n);
+    else launch_dot_n<1, M, T, Acc>(l, result, work, a, b, n);
+    rc = cudaGetLastError();
+    if (rc != cudaSuccess) return rc;
+  }
+  if constexpr (M == DotMethod::kFast)
+    dot_finalize_kernel<<<1, 1, 0, l.stream>>>(static_cast<T*>(result), static_cast<const Acc*>(work));
+  else if constexpr (M == DotMethod::kHalf2Pack)
+    dot_finalize_kernel<<<1, 1, 0, l.stream>>>(static_cast<T*>(result), static_cast<const T*>(work));
+  return cudaGetLastError();
+}
+
+}  // namespace ew

@@ -1,0 +1,274 @@
+"""Suites over pyew's Python API: pyew.dot's methods, upsample 2x forward/backward, relu-mask
+backward (each vs PyTorch, timed with events around the Python call), host overhead per call on
+tiny arrays, and the numpy round trip of sigmoid (wall clock, numpy in and numpy out).
+
+A suite whose pyew function is not in the loaded library is skipped with a note.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import opcall
+from .. import runtime as rt
+from ..array import asarray, empty
+from ..errors import PyewError
+from . import traffic
+from .data import random_device
+from .timing import rotation_slots, wall_ms, wall_per_call_us
+
+UPSAMPLE_SHAPE = (16, 32, 80, 80)
+RELU_MASK_SHAPE = (16, 32, 112, 112)
+BATCH_SCALE = 8                         # and again at 8x the batch
+DOT_N = 1 << 24
+DOT_METHODS = ("fast", "half_atomic", "half2_pack")
+ROUNDTRIP_N = 1 << 26
+API_DTYPES = ("float32", "float16")
+OVERHEAD_CALLS = (10000, 5)             # calls per repeat, repeats
+OVERHEAD_QUICK = (2000, 3)
+
+
+def _have(run, suite: str, *names) -> bool:
+    try:
+        table = opcall.table()
+    except PyewError as e:
+        run.note(f"{suite}: skipped, pyew's op table does not load: {e}")
+        return False
+    missing = [n for n in names if n not in table]
+    if missing:
+        run.note(f"{suite}: skipped, the loaded library has no pyew.{', pyew.'.join(missing)}")
+    return not missing
+
+
+def _op_dtypes(run, name: str) -> list[str]:
+    for info in run.lib.manifest["ops"]:
+        if info["name"] == name:
+            return [k["dtype"] for k in info["kernels"]]
+    return []
+
+
+def _api_dtypes(run, name: str) -> list[str]:
+    wanted = run.args.dtypes or API_DTYPES
+    return [d for d in wanted if d in _op_dtypes(run, name)]
+
+
+def _batched(shape):
+    return [tuple(shape), (shape[0] * BATCH_SCALE,) + tuple(shape[1:])]
+
+
+def _shape_label(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _timed(run, suite, name, dtype, shape, impl, calls, extra=None):
+    """Events around Python calls; bytes from the first call's inputs and result."""
+    if run.out_of_time():
+        return None
+    n = int(np.prod(shape))
+    run.status(f"{name} {dtype} {_shape_label(shape)} {impl}")
+    try:
+        first = calls[0]()
+        nbytes = traffic.nbytes_of(*calls[0].args, first)
+        del first
+        t = run.timer.measure(calls, run.args.repeat, warmup=1)
+    except Exception as e:
+        run.failed(f"{suite}: {impl} {name} {dtype} {_shape_label(shape)}", e)
+        return None
+    return run.add(suite=suite, name=name, dtype=dtype, n=n, shape=list(shape), impl=impl, ms=t.median_ms,
+                   min_ms=t.min_ms, reps=t.reps, bytes=nbytes, **(extra or {}))
+
+
+def _slots(run, nbytes: int) -> int:
+    return rotation_slots(nbytes, run.l2_bytes, capacity=8)
+
+
+def _torch(run, name):
+    peer = run.peers.get("torch")
+    if peer is None:
+        return None, None
+    fn, why = peer.api(name)
+    if fn is None:
+        run.note(why)
+    return peer, fn
+
+
+# ---- upsample 2x -----------------------------------------------------------------------------------
+
+def suite_upsample(run) -> None:
+    import pyew
+    if not _have(run, "upsample", "upsample_nearest2d", "upsample_nearest2d_backward"):
+        return
+    peer, tf = _torch(run, "upsample_nearest2d")
+    _, tb = _torch(run, "upsample_nearest2d_backward")
+    for dtype in _api_dtypes(run, "upsample_nearest2d"):
+        for shape in _batched(UPSAMPLE_SHAPE):
+            N, C, H, W = shape
+            k = _slots(run, 5 * int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            xs = [random_device(run.rng, dtype, shape) for _ in range(k)]
+            dys = [random_device(run.rng, dtype, (N, C, 2 * H, 2 * W)) for _ in range(k)]
+            fwd = [functools.partial(pyew.upsample_nearest2d, x, scale=2) for x in xs]
+            bwd = [functools.partial(pyew.upsample_nearest2d_backward, dy, scale=2) for dy in dys]
+            _timed(run, "upsample", "forward", dtype, shape, "pyew", fwd)
+            _timed(run, "upsample", "backward", dtype, shape, "pyew", bwd)
+            if tf is not None:
+                _timed(run, "upsample", "forward", dtype, shape, "torch",
+                       [functools.partial(tf, peer.wrap(x)) for x in xs])
+            if tb is not None:
+                _timed(run, "upsample", "backward", dtype, shape, "torch",
+                       [functools.partial(tb, peer.wrap(dy)) for dy in dys])
+            del xs, dys, fwd, bwd
+            rt.synchronize()
+
+
+# ---- relu-mask backward ------------------------------------------------------------------------------
+
+def suite_relu_mask(run) -> None:
+    import pyew
+    if not _have(run, "relu_mask", "relu_mask", "relu_mask_backward"):
+        return
+    peer, tbw = _torch(run, "threshold_backward")
+    for dtype in _api_dtypes(run, "relu_mask_backward"):
+        for shape in _batched(RELU_MASK_SHAPE):
+            k = _slots(run, 3 * int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            xs = [random_device(run.rng, dtype, shape) for _ in range(k)]
+            dys = [random_device(run.rng, dtype, shape) for _ in range(k)]
+            try:
+                masks = [pyew.relu_mask(x)[1] for x in xs]
+            except Exception as e:
+                run.failed(f"relu_mask: pyew.relu_mask({dtype} {_shape_label(shape)})", e)
+                return
+            _timed(run, "relu_mask", "backward", dtype, shape, "pyew",
+                   [functools.partial(pyew.relu_mask_backward, dy, m) for dy, m in zip(dys, masks)])
+            if tbw is not None:
+                ys = [peer.mod.relu(peer.wrap(x)) for x in xs]    # torch saves y = relu(x) for backward
+                _timed(run, "relu_mask", "backward", dtype, shape, "torch",
+                       [functools.partial(tbw, peer.wrap(dy), y) for dy, y in zip(dys, ys)])
+                del ys
+            del xs, dys, masks
+            rt.synchronize()
+
+
+# ---- pyew.dot's methods -----------------------------------------------------------------------------
+
+def _dot_methods(run, dtype: str) -> tuple:
+    for info in run.lib.manifest["ops"]:
+        if info["name"] == "dot":
+            for k in info["kernels"]:
+                if k["dtype"] == dtype:
+                    return tuple(e["role"] for e in k["entries"])
+    return DOT_METHODS
+
+
+def suite_dot(run) -> None:
+    import pyew
+    if not _have(run, "dot", "dot"):
+        return
+    peer, tdot = _torch(run, "dot")
+    n = min(DOT_N, max(run.args.sizes))
+    dtype = "float16"
+    if dtype not in _op_dtypes(run, "dot"):
+        run.note("dot: the library has no float16 dot; skipped")
+        return
+    k = _slots(run, 2 * n * 2)
+    a = [random_device(run.rng, dtype, n) for _ in range(k)]
+    b = [random_device(run.rng, dtype, n) for _ in range(k)]
+    for method in _dot_methods(run, dtype):
+        _timed(run, "dot", method, dtype, (n,), "pyew",
+               [functools.partial(pyew.dot, x, y, method=method) for x, y in zip(a, b)])
+    if tdot is not None:
+        _timed(run, "dot", "torch.dot", dtype, (n,), "torch",
+               [functools.partial(tdot, peer.wrap(x), peer.wrap(y)) for x, y in zip(a, b)])
+    del a, b
+    rt.synchronize()
+
+
+# ---- host overhead per call --------------------------------------------------------------------------
+
+def suite_overhead(run) -> None:
+    """Wall clock per call of an add on 1-element arrays: Python, argument checks, allocation and
+    launch, with the GPU work negligible. pyew's raw entry point is the floor under pyew.add."""
+    import pyew
+    calls, repeats = OVERHEAD_QUICK if run.args.quick else OVERHEAD_CALLS
+    x = asarray(np.array([1.25], np.float32))
+    y = asarray(np.array([-0.5], np.float32))
+    z = empty(1, "float32")
+    lib, dev = run.lib, run.dev
+    cases = [("pyew.add(x, y)", "pyew", lambda: pyew.add(x, y)),
+             ("pyew.add(x, y, out=z)", "pyew", lambda: pyew.add(x, y, out=z))]
+    sym = next((c.symbol for c in _add_cases(run)), None)
+    if sym:
+        entry = functools.partial(lib.symbols[sym], z.ptr, x.ptr, y.ptr, 1, 0, dev.sms, dev.threads_per_sm)
+        cases.append((f"{sym} via ctypes", "entry", entry))
+    for name, peer in run.peers.items():
+        fn, _ = peer.api("add")
+        if fn is not None:
+            px, py = peer.wrap(x), peer.wrap(y)
+            cases.append((f"{name}.add(x, y)", name, functools.partial(fn, px, py)))
+    for label, impl, fn in cases:
+        if run.out_of_time():
+            return
+        run.status(label)
+        try:
+            med, best = wall_per_call_us(fn, calls, repeats, rt.synchronize)
+        except Exception as e:
+            run.failed(f"overhead: {label}", e)
+            continue
+        run.add(suite="overhead", name=label, dtype="float32", n=1, impl=impl, us_per_call=med,
+                min_us_per_call=best, calls=calls * repeats)
+
+
+def _add_cases(run):
+    from .map_suites import map_cases
+    return map_cases(run.lib.manifest, ops=["add"], dtypes=["float32"])
+
+
+# ---- numpy round trip ----------------------------------------------------------------------------------
+
+def _np_sigmoid(x):
+    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+
+
+def suite_roundtrip(run) -> None:
+    """sigmoid of 2^26 float32: numpy array in, numpy array out, wall clock, copies included."""
+    import pyew
+    if not _have(run, "roundtrip", "sigmoid"):
+        return
+    n = ROUNDTRIP_N
+    x = (run.rng.random(n, dtype=np.float32) * 16 - 8).astype(np.float32)
+    reps = 2 if run.args.quick else 5
+    cases = [("pyew", lambda: pyew.sigmoid(x))]
+    for name, peer in run.peers.items():
+        fn, _ = peer.api("sigmoid")
+        if fn is None:
+            continue
+        if name == "torch":
+            cases.append((name, lambda fn=fn, t=peer.mod: fn(t.from_numpy(x).cuda()).cpu().numpy()))
+        else:
+            cases.append((name, lambda fn=fn, cp=peer.mod: cp.asnumpy(fn(cp.asarray(x)))))
+    cases.append(("numpy", lambda: _np_sigmoid(x)))
+    results = {}
+    for impl, fn in cases:
+        if run.out_of_time():
+            break
+        run.status(f"sigmoid round trip {impl}")
+        try:
+            med, best, results[impl] = wall_ms(fn, reps)
+        except Exception as e:
+            run.failed(f"roundtrip: {impl}", e)
+            continue
+        run.add(suite="roundtrip", name="sigmoid", dtype="float32", n=n, impl=impl, ms=med, min_ms=best,
+                reps=reps, bytes=2 * x.nbytes)
+    # agreement with numpy, so a fast wrong answer shows
+    ref = results.get("numpy")
+    for r in run.select(suite="roundtrip"):
+        out = results.get(r["impl"])
+        if ref is None or out is None:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                out = np.asarray(out, np.float64)
+            if out.shape == ref.shape:
+                r["max_abs_err_vs_numpy"] = float(np.max(np.abs(out - ref)))
+        except (TypeError, ValueError):
+            pass

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One call on the lent GPU: environment, demo, full test suite, compute-sanitizer smoke run.
+# Logs go to $OUT (or ./gpu-out). Usage: bash scripts/gpu_check.sh [extra pytest args]
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  python3 -c "import sys, numpy, ml_dtypes, cuda.bindings; print(sys.version.split()[0], 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__, 'cuda-bindings', cuda.bindings.__version__)"
+} 2>&1 | tee "$OUT/env.log"
+python3 examples/demo.py 2>&1 | tee "$OUT/demo.log"
+python3 -m pytest -q -rs -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/tests.log" | tail -40
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/sanitize_smoke.py 2>&1 | tail -15 | tee "$OUT/sanitizer.log"
+fi

@@ -1,0 +1,84 @@
+"""float64 references for the spec's `ref` expressions, and the comparison rules of the suite:
+float32 within 1e-6 relative, float16/bfloat16 within 1 ulp of the correctly rounded value,
+float64 within 1e-13 relative, integers exact; NaN where and only where the reference is NaN."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pyew import dtypes as dt
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def erf(x):
+    return _erf(np.asarray(x, np.float64)).astype(np.float64)
+
+
+def erfc(x):
+    return _erfc(np.asarray(x, np.float64)).astype(np.float64)
+
+
+def sigmoid(x):
+    x = np.asarray(x, np.float64)
+    e = np.exp(-np.abs(x))
+    r = 1.0 / (1.0 + e)
+    return np.where(x >= 0, r, e * r)
+
+
+def evaluate(ref: str, names, arrays, params: dict, in_dtype: dt.DType) -> np.ndarray:
+    """The spec's ref expression on the inputs upcast to float64 (int64 for integer dtypes)."""
+    wide = np.int64 if in_dtype.kind == "int" else np.float64
+    scope = {"np": np, "erf": erf, "erfc": erfc, "sigmoid": sigmoid}
+    scope.update({n: np.asarray(a).astype(wide) for n, a in zip(names, arrays)})
+    scope.update(params)
+    with np.errstate(all="ignore"):
+        return np.asarray(eval(ref, scope))
+
+
+def _ordinal16(a: np.ndarray) -> np.ndarray:
+    """Map 16-bit float patterns to integers that are ordered like the values."""
+    u = a.view(np.uint16).astype(np.int32)
+    return np.where(u & 0x8000, -(u & 0x7FFF), u)
+
+
+def assert_matches(out: np.ndarray, ref64: np.ndarray, out_dtype: dt.DType, what: str = "", rtol=None):
+    out = np.asarray(out)
+    assert out.dtype == out_dtype.np, f"{what}: dtype {out.dtype}, expected {out_dtype.name}"
+    ref64 = np.broadcast_to(ref64, out.shape)
+    if out_dtype.kind == "int":
+        want = ref64.astype(out_dtype.np)
+        bad = np.flatnonzero(out != want)
+        assert bad.size == 0, f"{what}: {bad.size} wrong, first at {bad[0]}: {out.flat[bad[0]]} != {want.flat[bad[0]]}"
+        return
+    o64 = out.astype(np.float64)
+    nan_ref, nan_out = np.isnan(ref64), np.isnan(o64)
+    bad = np.flatnonzero(nan_ref != nan_out)
+    assert bad.size == 0, (f"{what}: NaN mismatch at {bad.size} places, first {bad[0]}: "
+                           f"got {o64.flat[bad[0]]}, want {ref64.flat[bad[0]]}")
+    ok = ~nan_ref
+    if out_dtype.name in ("float16", "bfloat16"):
+        with np.errstate(all="ignore"):
+            want = ref64.astype(out_dtype.np)
+        d = np.abs(_ordinal16(out) - _ordinal16(want))
+        d = np.where(ok, d, 0)
+        i = int(np.argmax(d)) if d.size else 0
+        assert d.size == 0 or d.max() <= 1, (f"{what}: {int((d > 1).sum())} values off by more than 1 ulp; "
+                                             f"worst at {i}: got {o64.flat[i]}, want {ref64.flat[i]}")
+        return
+    rtol = max(rtol or 0.0, 1e-6 if out_dtype.name == "float32" else 1e-13)
+    tiny = np.finfo(out_dtype.np).tiny
+    with np.errstate(all="ignore"):
+        if out_dtype.name == "float32":
+            ref64 = np.where(np.abs(ref64) > np.finfo(np.float32).max * (1 + 2**-25), np.copysign(np.inf, ref64), ref64)
+        inf = np.isinf(ref64) & ok
+        assert np.array_equal(o64[inf], ref64[inf]), f"{what}: infinities differ"
+        fin = ok & ~inf
+        err = np.abs(o64 - ref64)
+        lim = rtol * np.abs(ref64) + 4 * tiny
+        badm = fin & ~(err <= lim)
+    idx = np.flatnonzero(badm)
+    assert idx.size == 0, (f"{what}: {idx.size} values beyond {rtol} relative; first at {idx[0]}: "
+                           f"got {o64.flat[idx[0]]!r}, want {ref64.flat[idx[0]]!r}")

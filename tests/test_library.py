@@ -1,0 +1,128 @@
+"""The built library and the loader, without a GPU: symbols, ABI, manifest, stale/missing/foreign
+libraries, import and ops() with no GPU, and the no-GPU error."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pyew
+from pyew import library
+from pyew.errors import LibraryError
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = library.library_path()
+needs_lib = pytest.mark.skipif(not LIB.exists(), reason=f"{LIB} not built (run make all)")
+
+
+def run_py(code, **env):
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=e)
+
+
+@needs_lib
+def test_one_symbol_per_op_dtype():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(LIB)], capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    man = library.get().manifest
+    want = {e["symbol"] for o in man["ops"] for k in o["kernels"] for e in k["entries"]}
+    assert want <= exported
+    assert {"ew_abi_version", "ew_manifest", "ew_error_name", "ew_fill"} <= exported
+    assert all(s.startswith("ew_") for s in exported), "only ew_ entry points are exported"
+
+
+@needs_lib
+def test_ops_lists_every_op_with_metadata():
+    ops = {o["name"]: o for o in pyew.ops()}
+    assert ops["elu"]["params"] == {"alpha": 1.0} and ops["elu"]["arity"] == 1
+    assert ops["add"]["arity"] == 2 and "int32" in ops["add"]["dtypes"]
+    assert ops["gelu"]["doc"]
+    for name in ops:
+        assert callable(getattr(pyew, name))
+    assert "gelu" in dir(pyew)
+
+
+@needs_lib
+def test_function_signature_and_doc():
+    import inspect
+    sig = inspect.signature(pyew.hardshrink)
+    assert str(sig) == "(x, /, *, out=None, stream=None, lambd: float = 0.5)"
+    assert "dtypes: float32, float64, float16, bfloat16" in pyew.hardshrink.__doc__
+
+
+@needs_lib
+def test_manifest_matches_build_dir():
+    assert library.get().manifest == json.loads((LIB.parent / "manifest.json").read_text())
+
+
+def test_missing_library_says_make_all(tmp_path):
+    r = run_py("import pyew\ntry:\n pyew.ops()\nexcept pyew.LibraryError as e: print('ERR', e)",
+               PYEW_LIB=str(tmp_path / "none.so"))
+    assert "ERR libew not found" in r.stdout and "make all" in r.stdout
+
+
+def test_foreign_and_mismatched_library(tmp_path):
+    src = tmp_path / "fake.c"
+    src.write_text('int ew_abi_version(void){return 999;} const char* ew_manifest(void){return "{}";}\n'
+                   'const char* ew_error_name(int c){return "x";} int ew_fill(void){return 0;}\n')
+    so = tmp_path / "fake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    r = run_py("import pyew\ntry:\n pyew.ops()\nexcept pyew.LibraryError as e: print('ERR', e)", PYEW_LIB=str(so))
+    assert "ABI version 999" in r.stdout and "make all" in r.stdout
+    other = tmp_path / "other.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(other), "-x", "c", "-"], input="int f(void){return 1;}",
+                   text=True, check=True)
+    r = run_py("import pyew\ntry:\n pyew.ops()\nexcept pyew.LibraryError as e: print('ERR', e)", PYEW_LIB=str(other))
+    assert "not a libew library" in r.stdout
+
+
+@needs_lib
+def test_stale_library_is_refused(tmp_path):
+    spec = tmp_path / "ops.toml"
+    spec.write_text("x")
+    lib = library.get()
+    saved = lib.manifest
+    try:
+        lib.manifest = dict(saved, spec_files=[{"path": str(spec), "sha256": "0" * 64}])
+        with pytest.raises(LibraryError, match="stale: .*ops.toml changed.*make all"):
+            lib._check_fresh()
+    finally:
+        lib.manifest = saved
+
+
+@needs_lib
+def test_import_and_ops_work_without_gpu_then_clear_error():
+    code = ("import numpy as np, pyew\nprint(len(pyew.ops()))\n"
+            "try:\n pyew.gelu(np.ones(3, np.float32)); print('RAN')\n"
+            "except pyew.NoDeviceError as e: print('NODEV', e)\n")
+    r = run_py(code, CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.splitlines()[0]) == len(library.get().manifest["ops"])
+    assert "NODEV no usable NVIDIA GPU" in r.stdout
+
+
+def test_import_without_library_or_gpu(tmp_path):
+    r = run_py("import pyew; print('ok', pyew.__name__)", PYEW_LIB=str(tmp_path / "none.so"))
+    assert r.stdout.strip() == "ok pyew"
+
+
+def test_errors_checked_before_gpu_use():
+    import numpy as np
+    if not LIB.exists():
+        pytest.skip("library not built")
+    with pytest.raises(TypeError, match="has no int32 kernel; it supports float32"):
+        pyew.div(np.ones(3, np.int32), np.ones(3, np.int32))
+    with pytest.raises(TypeError, match="does not promote"):
+        pyew.add(np.ones(3, np.float32), np.ones(3, np.float64))
+    with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)"):
+        pyew.mul(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="takes 2 input"):
+        pyew.add(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="missing required param 'alpha'"):
+        pyew.scale(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="stream must be a pyew.Stream"):
+        pyew.relu(np.ones(3, np.float32), stream=5)

@@ -1,0 +1,156 @@
+"""DeviceArray, streams, memory and error paths on the GPU."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import pyew
+from pyew import dtypes as dt
+
+from .conftest import needs_gpu, poison, random_array
+
+pytestmark = needs_gpu
+
+
+@pytest.mark.parametrize("dtype", [d.name for d in dt.TABLE])
+def test_asarray_get_roundtrip(dtype, rng):
+    a = random_array(rng, (3, 5, 7), dtype)
+    d = pyew.asarray(a)
+    assert d.shape == (3, 5, 7) and d.dtype == a.dtype and d.size == 105 and d.ndim == 3
+    assert d.nbytes == a.nbytes
+    np.testing.assert_array_equal(d.get(), a)
+    np.testing.assert_array_equal(np.asarray(d), a)
+    np.testing.assert_array_equal(d.copy().get(), a)
+    np.testing.assert_array_equal(d.reshape(-1).get(), a.reshape(-1))
+    np.testing.assert_array_equal(d[1:3].get(), a[1:3])
+    np.testing.assert_array_equal(d[2].get(), a[2])
+    np.testing.assert_array_equal(d[-1].get(), a[-1])
+    assert "DeviceArray(shape=(3, 5, 7)" in repr(d)
+
+
+def test_non_contiguous_numpy_input(rng):
+    a = random_array(rng, (64, 64), "float32")
+    t = a.T
+    np.testing.assert_allclose(pyew.relu(t), np.maximum(t, 0))
+    np.testing.assert_array_equal(pyew.asarray(a[::2]).get(), a[::2])
+
+
+def test_view_shares_memory(rng):
+    a = random_array(rng, 100, "float32")
+    d = pyew.asarray(a)
+    v = d[10:20]
+    pyew.scale(v, out=v, alpha=2.0)
+    want = a.copy()
+    want[10:20] *= 2
+    np.testing.assert_array_equal(d.get(), want)
+
+
+def test_empty_zeros_and_zero_size():
+    z = pyew.zeros((4, 3), "float16")
+    assert z.dtype == np.float16 and np.all(z.get() == 0)
+    e = pyew.empty(0, "float32")
+    assert e.size == 0 and e.get().shape == (0,)
+    assert pyew.gelu(e).shape == (0,)
+    assert pyew.add(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)).shape == (0, 3)
+
+
+def test_astype_matches_numpy(rng):
+    a = random_array(rng, 1001, "float32", -70000, 70000)
+    d = pyew.asarray(a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(d.astype("float16").get(), a.astype(np.float16))
+    np.testing.assert_array_equal(d.astype("float64").get(), a.astype(np.float64))
+    np.testing.assert_array_equal(d.astype("float32").get(), a)
+    with pytest.raises(TypeError, match="no cast"):
+        d.astype("int32")
+
+
+def test_multidim_shapes(rng):
+    a = random_array(rng, (7, 3, 5), "bfloat16")
+    got = pyew.silu(a)
+    assert got.shape == (7, 3, 5) and got.dtype == a.dtype
+
+
+def test_errors_leave_out_untouched(rng):
+    a = random_array(rng, 64, "float32")
+    out = np.full(64, 5.0, np.float32)
+    with pytest.raises(ValueError, match="out is float32 \\(63,\\)"):
+        pyew.relu(a, out=np.empty(63, np.float32))
+    with pytest.raises(TypeError, match="differ in dtype"):
+        pyew.add(a, a.astype(np.float16), out=out)
+    with pytest.raises(ValueError, match="shapes differ"):
+        pyew.add(pyew.asarray(a), pyew.asarray(a[:32]))
+    with pytest.raises(TypeError, match="must be a DeviceArray"):
+        pyew.relu(pyew.asarray(a), out=out)
+    d = pyew.asarray(a)
+    with pytest.raises(ValueError, match="partially overlaps"):
+        pyew.relu(d[1:], out=d[:-1])
+    with pytest.raises(TypeError, match="not an integer"):
+        pyew.add(np.arange(4, dtype=np.int32), 1.5)
+    np.testing.assert_array_equal(out, 5.0)
+
+
+def test_stream_ordering_and_free_across_streams(rng):
+    """A buffer allocated on one stream and used on another must not be freed under that work."""
+    a = random_array(rng, 1 << 22, "float32")
+    s1, s2 = pyew.Stream(), pyew.Stream()
+    x = pyew.asarray(a, stream=s1)
+    s1.synchronize()
+    y = pyew.sigmoid(x, stream=s2)
+    del x
+    gc.collect()
+    z = pyew.sigmoid(y, stream=s2)
+    s2.synchronize()
+    np.testing.assert_allclose(z.get(), 1 / (1 + np.exp(-1 / (1 + np.exp(-a.astype(np.float64))))), rtol=1e-6)
+
+
+def test_pool_reuses_memory(rng):
+    x = pyew.asarray(random_array(rng, 1 << 20, "float32"))
+    for _ in range(200):   # would exhaust nothing, but checks frees go back to the pool
+        y = pyew.relu(x)
+    pyew.synchronize()
+    assert y.shape == x.shape
+
+
+def test_device_info():
+    info = pyew.device_info()
+    assert info["sms"] > 0 and info["threads_per_sm"] >= 1024 and info["total_memory"] > 0
+    assert isinstance(info["name"], str) and info["capability"][0] >= 7
+
+
+def test_cuda_array_interface_shares_memory(rng):
+    torch = pytest.importorskip("torch")
+    a = random_array(rng, 1000, "float32")
+    d = pyew.asarray(a)
+    t = torch.as_tensor(d, device="cuda")
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), a)
+
+
+def test_index_past_int32(rng):
+    """n >= 2^31 in one launch: the 64-bit index path, checked around the 2^31 boundary."""
+    n = 2**31 + 9000
+    info = pyew.device_info()
+    if info["free_memory"] < 3 * n * 2 + (1 << 30):
+        pytest.skip("not enough GPU memory for 2^31 float16 elements")
+    x = pyew.empty(n, "float16")
+    lib, d = pyew.library.get(), pyew.runtime.device()
+    lib.check(lib.fill(x.ptr, n, 2, int(np.array(1.5, np.float16).view(np.uint16)), 0, d.sms, d.threads_per_sm), "fill")
+    chunks = [0, 2**31 - 4096, n - 3000]   # the head, across 2^31, the tail; disjoint
+    host = {}
+    for c in chunks:
+        m = min(8192, n - c)
+        host[c] = random_array(rng, m, "float16")
+        pyew.runtime.copy_htod(x.ptr + 2 * c, host[c].ctypes.data, host[c].nbytes, pyew.runtime.DEFAULT_STREAM)
+    y = poison(pyew.empty(n, "float16"))
+    pyew.hardswish(x, out=y)
+    for c, h in host.items():
+        got = y[c:c + h.size].get()
+        h64 = h.astype(np.float64)
+        want = np.where(h64 <= -3, 0, np.where(h64 >= 3, h64, h64 * (h64 + 3) / 6)).astype(np.float16)
+        np.testing.assert_array_equal(got, want)
+    mid = y[2**31 - 10000: 2**31 - 4096].get()
+    assert np.all(mid == np.float16(1.5 * 4.5 / 6))
+    assert y[n - 1].get() == want[-1]
