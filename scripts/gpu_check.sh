@@ -11,5 +11,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 python3 examples/demo.py 2>&1 | tee "$OUT/demo.log"
 python3 -m pytest -q -rs -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/tests.log" | tail -40
 if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/sanitize_smoke.py 2>&1 | tail -15 | tee "$OUT/sanitizer.log"
+  for s in sanitize_smoke sanitize_special; do
+    compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/$s.py 2>&1 | tail -4
+  done 2>&1 | tee "$OUT/sanitizer.log"
+  compute-sanitizer --tool racecheck python3 scripts/sanitize_special.py 2>&1 | tail -3 | tee -a "$OUT/sanitizer.log"
 fi
