@@ -4,8 +4,7 @@
 //    as x[1:] gets the widest width all pointers allow, not a silent fallback to scalar);
 //  * the tail past the last whole pack is handled by the first threads, never read past the end;
 //  * 64-bit indices whenever n could overflow 32 bits, a 32-bit fast path otherwise;
-//  * each thread keeps two packs in flight per loop trip to hide memory latency, the block's
-//    loads covering one contiguous tile;
+//  * each thread keeps two packs in flight per loop trip to hide memory latency;
 //  * n = 0 launches nothing; every entry point returns the launch's cudaError_t.
 #pragma once
 #include <algorithm>
@@ -119,23 +118,17 @@ __device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Ind
   }
 }
 
-// Work is dealt out in tiles of kBlock * kUnroll packs: a block's kUnroll loads per thread are
-// adjacent 16-byte runs of one contiguous tile (coalesced per instruction, and the block streams
-// one region at a time), and blocks stride over tiles when the grid is capped.
 template <int N, typename Index, typename F, typename Out, typename... In>
 __global__ void __launch_bounds__(kBlock)
 map_kernel(F f, Index n, Out* __restrict__ out, const In* __restrict__... in) {
-  constexpr int kTile = kBlock * kUnroll;
   const Index n_packs = n / N;
-  const Index n_tiles = n_packs / kTile;
-  for (Index t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-    const Index i = t * kTile + threadIdx.x;
-    compute_store<N, kUnroll>(f, out, i, Index(kBlock), load_packs<N, kUnroll>(in, i, Index(kBlock))...);
-  }
-  // Packs after the last whole tile (fewer than kTile), one per thread.
-  const Index first = Index(blockIdx.x) * kBlock + threadIdx.x;
   const Index stride = Index(gridDim.x) * kBlock;
-  for (Index i = n_tiles * kTile + first; i < n_packs; i += stride) {
+  const Index first = Index(blockIdx.x) * kBlock + threadIdx.x;
+  Index i = first;
+  for (; i + (kUnroll - 1) * stride < n_packs; i += kUnroll * stride) {
+    compute_store<N, kUnroll>(f, out, i, stride, load_packs<N, kUnroll>(in, i, stride)...);
+  }
+  for (; i < n_packs; i += stride) {
     compute_store<N, 1>(f, out, i, stride, load_packs<N, 1>(in, i, stride)...);
   }
   // Tail: fewer than N elements after the last whole pack, one per thread of the first block.
