@@ -143,6 +143,36 @@ def _check_alias(out: DeviceArray, ins, op: str):
                 raise ValueError(f"{op}: out partially overlaps an input; use a separate out or exactly the input")
 
 
+def upload(a, s, keep: list) -> int:
+    """Device pointer of an array operand: a DeviceArray as is (marked used on s), a numpy array
+    copied into a new buffer that `keep` holds until the launch is queued."""
+    if isinstance(a, DeviceArray):
+        a._buf.used_on(s)
+        return a.ptr
+    a = np.ascontiguousarray(a)
+    buf = _Buffer(a.nbytes, s)
+    keep.append(buf)
+    rt.copy_htod(buf.ptr, a.ctypes.data, a.nbytes, s)
+    return buf.ptr
+
+
+def to_host(res: DeviceArray, out, s) -> np.ndarray:
+    """Queue the copy of a device result into `out` (or a new numpy array); the caller syncs."""
+    host = out if out is not None else np.empty(res.shape, res.dtype)
+    if res.size:
+        rt.copy_dtoh(host.ctypes.data, res.ptr, res.nbytes, s)
+    return host
+
+
+def finish(res: DeviceArray, out, device: bool, s):
+    """The call's result: the DeviceArray for device inputs, else numpy after the copy completes."""
+    if device:
+        return res
+    host = to_host(res, out, s)
+    s.synchronize()
+    return host
+
+
 def _device_operands(ops: _Operands, n: int, s, keep: list) -> list[int]:
     """Device pointers for every input: uploads host arrays, broadcasts scalars with ew_fill."""
     info = ops.info
@@ -150,15 +180,8 @@ def _device_operands(ops: _Operands, n: int, s, keep: list) -> list[int]:
     lib = None
     dev = None
     for i, (k, a) in enumerate(ops.items):
-        if k == "d":
-            a._buf.used_on(s)
-            ptrs.append(a.ptr)
-        elif k == "h":
-            a = np.ascontiguousarray(a)
-            buf = _Buffer(a.nbytes, s)
-            keep.append(buf)
-            rt.copy_htod(buf.ptr, a.ctypes.data, a.nbytes, s)
-            ptrs.append(buf.ptr)
+        if k != "s":
+            ptrs.append(upload(a, s, keep))
         else:
             bits = _scalar_bits(a, info, "op", f"input {i}")
             buf = _Buffer(n * info.itemsize, s)
@@ -278,11 +301,7 @@ class MapOp:
         tmp = DeviceArray._alloc(shape, out_info, s)
         if n:
             self.lib.check(fn(tmp.ptr, *ptrs, n, *pvals, s.handle, dev.sms, dev.threads_per_sm), sym)
-        host = out if out is not None else np.empty(shape, out_info.np)
-        if n:
-            rt.copy_dtoh(host.ctypes.data, tmp.ptr, tmp.nbytes, s)
-            s.synchronize()
-        return host
+        return finish(tmp, out, False, s)
 
     def signature_params(self) -> list[inspect.Parameter]:
         P = inspect.Parameter

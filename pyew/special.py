@@ -18,7 +18,7 @@ from . import library
 from . import runtime as rt
 from .array import DeviceArray, _Buffer
 from .opcall import _check_alias, _check_out, _device_operands, _is_scalar, _Operands, _scalar_bits, binder, \
-    make_function
+    finish, make_function, to_host as _to_host, upload as _device_ptr
 
 MASK = dt.BY_NAME["uint32"]
 _P = inspect.Parameter
@@ -77,30 +77,11 @@ def _size(shape) -> int:
     return n
 
 
-def _device_ptr(a, s, keep: list) -> int:
-    """Device pointer of an array argument: a DeviceArray as is, a numpy array uploaded."""
-    if isinstance(a, DeviceArray):
-        a._buf.used_on(s)
-        return a.ptr
-    a = np.ascontiguousarray(a)
-    buf = _Buffer(a.nbytes, s)
-    keep.append(buf)
-    rt.copy_htod(buf.ptr, a.ctypes.data, a.nbytes, s)
-    return buf.ptr
-
-
 def _result(shape, info, out, device: bool, s) -> DeviceArray:
     """Where a kernel writes: the caller's DeviceArray out, or a new device buffer."""
     res = out if (device and out is not None) else DeviceArray._alloc(tuple(shape), info, s)
     res._buf.used_on(s)
     return res
-
-
-def _to_host(res: DeviceArray, out, s) -> np.ndarray:
-    host = out if out is not None else np.empty(res.shape, res.dtype)
-    if res.size:
-        rt.copy_dtoh(host.ctypes.data, res.ptr, res.nbytes, s)
-    return host
 
 
 def _overlaps(a: DeviceArray, b) -> bool:
@@ -236,11 +217,7 @@ class MaskBackwardOp:
         dx = _result(shape, info, out, device, s)
         if n:
             self.k.run(entry, dx.ptr, dy_ptr, m_ptr, n, stream=s, dev=dev)
-        if device:
-            return dx
-        host = _to_host(dx, out, s)
-        s.synchronize()
-        return host
+        return finish(dx, out, device, s)
 
 
 @binder("mask_backward")
@@ -315,11 +292,7 @@ class UpsampleOp:
         res = _result(shape, info, out, device, s)
         if res.size:
             self.k.run(entry, res.ptr, src_ptr, nc, h, w, oh, ow, stream=s, dev=dev)
-        if device:
-            return res
-        host = _to_host(res, out, s)
-        s.synchronize()
-        return host
+        return finish(res, out, device, s)
 
 
 @binder("upsample_nearest2d")
