@@ -107,11 +107,21 @@ def test_stream_ordering_and_free_across_streams(rng):
 
 
 def test_pool_reuses_memory(rng):
+    """Freed outputs go back to the pool and are reused: 200 results of 4 MiB must not reserve
+    anywhere near 200 x 4 MiB."""
+    from cuda.bindings import runtime as crt
+    pool = pyew.runtime.device().pool
     x = pyew.asarray(random_array(rng, 1 << 20, "float32"))
-    for _ in range(200):   # would exhaust nothing, but checks frees go back to the pool
+    pyew.synchronize()
+    before = int(pyew.runtime.check(crt.cudaMemPoolGetAttribute(
+        pool, crt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent), "cudaMemPoolGetAttribute"))
+    for _ in range(200):
         y = pyew.relu(x)
     pyew.synchronize()
-    assert y.shape == x.shape
+    after = int(pyew.runtime.check(crt.cudaMemPoolGetAttribute(
+        pool, crt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent), "cudaMemPoolGetAttribute"))
+    assert after - before < 64 << 20, f"pool grew by {(after - before) >> 20} MiB over 200 calls"
+    np.testing.assert_array_equal(y.get(), np.maximum(x.get(), 0))
 
 
 def test_device_info():
