@@ -1,6 +1,6 @@
 # make all                 generate from the spec and build build/libew.so
 # make all SPEC="libew/ops.toml my_ops.toml"   add your own ops
-# make test | demo | bench | clean
+# make test | demo | bench | sweep | clean
 SPEC ?= libew/ops.toml
 PYTHON ?= python3
 NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
@@ -14,7 +14,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 HEADERS := $(wildcard libew/*.cuh libew/*.h)
 LIBEW_SOURCES := $(wildcard libew/*.cu)
 
-.PHONY: all generate test demo bench clean
+.PHONY: all generate test demo bench sweep clean
 
 all: generate
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew.so
@@ -53,6 +53,14 @@ demo:
 
 bench:
 	$(PYTHON) -m pyew bench
+
+# launch-shape sweep of the map kernel (benchmarks/template_sweep.cu); runs on the GPU. It uses
+# the default spec's gelu, gelu_tanh and elu device functions from $(BUILD)/gen/fn.
+sweep: all
+	@$(MAKE) --no-print-directory $(BUILD)/template_sweep
+
+$(BUILD)/template_sweep: benchmarks/template_sweep.cu $(HEADERS) $(BUILD)/libew.so
+	$(NVCC) $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Ilibew -I$(BUILD)/gen -o $@ $<
 
 clean:
 	rm -rf $(BUILD)

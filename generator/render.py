@@ -13,7 +13,7 @@ from pathlib import Path
 from mako import exceptions
 from mako.lookup import TemplateLookup
 
-from .spec import Op, Spec, op_calls
+from .spec import Op, Spec, direct_calls, op_calls, op_tuning
 
 TEMPLATES = Path(__file__).parent / "templates"
 LIBEW = Path(__file__).resolve().parent.parent / "libew"
@@ -65,6 +65,7 @@ def manifest(spec: Spec) -> dict:
             "name": op.name, "kind": op.kind, "inputs": list(op.inputs), "doc": op.doc,
             "params": [{"name": p.name, "type": p.type, "default": p.default} for p in op.params],
             "ref": op.ref, "out": op.out, "source": op.source, "rtol": op.rtol,
+            "tuning": op_tuning(op, spec) if op.kind == "map" else None,
             "kernels": [{
                 "dtype": k.dtype.name, "out_dtype": k.out_dtype.name,
                 "paired": op.pair_expr(k.dtype) is not None,
@@ -84,12 +85,12 @@ def _fn_signature(op: Op) -> str:
     return ", ".join(args)
 
 
-def _map_context(op: Op, kernel) -> dict:
+def _map_context(op: Op, kernel, spec: Spec) -> dict:
     C = kernel.dtype.compute
     ptype = lambda p: C if p.type == "float" else "int64_t"   # noqa: E731
     call_args = ", ".join([f"ew::convert<{C}>({i})" for i in op.inputs] + [p.name for p in op.params])
     return dict(T=kernel.dtype, Out=kernel.out_dtype, C=C, ptype=ptype, call_args=call_args,
-                pair=op.pair_expr(kernel.dtype))
+                pair=op.pair_expr(kernel.dtype), tuning=op_tuning(op, spec))
 
 
 def generate(spec: Spec, out: Path) -> dict:
@@ -100,11 +101,12 @@ def generate(spec: Spec, out: Path) -> dict:
     for op in spec.ops:
         if op.kind == "map":
             files[gen / "fn" / f"{op.name}.cuh"] = render(
-                "fn.cuh.mako", op=op, deps=op_calls(op, spec), signature=_fn_signature(op))
+                "fn.cuh.mako", op=op, deps=op_calls(op, spec), direct=direct_calls(op, spec),
+                signature=_fn_signature(op))
         for k in op.kernels():
             ctx = dict(op=op, kernel=k, entries=k.entries())
             if op.kind == "map":
-                ctx.update(_map_context(op, k), entry=k.entries()[0])
+                ctx.update(_map_context(op, k, spec), entry=k.entries()[0])
             files[gen / f"{k.name}.cu"] = render(op.kind_info.template, **ctx)
     man = manifest(spec)
     man_json = json.dumps(man, indent=1, sort_keys=True)

@@ -19,6 +19,7 @@ from .kinds import KINDS, Kind
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CALL = re.compile(r"(?<![:.\w])([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_ANY_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_:]*)\s*(?:<[^<>()]*>)?\s*\(")    # f( ns::f( f<R>(
 # Names the expression's scope already uses: C is the compute type, ewf the op namespace.
 _EXPR_RESERVED = {"C", "ewf", "ew", "out", "n", "stream", "i"}
 _CPP_KEYWORDS = set(
@@ -59,6 +60,7 @@ class Op:
     out: str | None = None                     # fixed output dtype name (casts)
     rtol: float | None = None                  # test tolerance override for float32/float64
     calls: tuple[str, ...] = ()                # other ops this expression calls
+    tuning: str | None = None                  # "memory" | "compute"; None: see op_tuning
 
     @property
     def arity(self) -> int:
@@ -264,11 +266,14 @@ def parse_op(entry, path) -> Op:
     rtol = entry.get("rtol")
     if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1):
         _fail(path, name, "rtol", f"must be a number in (0, 1), got {rtol!r}")
+    tuning = entry.get("tuning")
+    if tuning is not None and tuning not in TUNINGS:
+        _fail(path, name, "tuning", f"must be one of {', '.join(map(repr, TUNINGS))}, got {tuning!r}")
     calls = tuple(sorted({c for c in _CALL.findall(expr)}))
     op = Op(name=name, kind=kind_name, inputs=inputs, dtypes=dtypes, doc=doc, source=str(path),
             expr=expr, ref=ref, params=params,
             pair=tuple(sorted((k, v.strip()) for k, v in pair.items())), out=out, calls=calls,
-            rtol=None if rtol is None else float(rtol))
+            rtol=None if rtol is None else float(rtol), tuning=tuning)
     _check_entry_args(op, path)
     return op
 
@@ -342,6 +347,35 @@ def _check_calls(ops):
 
     for o in ops:
         visit(o, [])
+
+
+# Launch shapes of the map kernel (ew::MemoryBoundTuning / ew::ComputeBoundTuning in
+# libew/elementwise.cuh), chosen per op; benchmarks/RESULTS.md has the sweep behind them.
+TUNINGS = ("memory", "compute")
+
+
+def op_tuning(op: Op, spec: Spec) -> str:
+    """The spec's `tuning`, else "compute" when the expression calls a function (a math function,
+    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0) and calls of
+    "memory" ops (relu(x + y)) keep an op "memory"."""
+    if op.tuning is not None:
+        return op.tuning
+    names = {o.name for o in spec.ops}
+    for c in _ANY_CALL.findall(op.expr):
+        if c == "C":
+            continue
+        if c in names:
+            if c != op.name and op_tuning(spec.op(c), spec) == "compute":
+                return "compute"
+            continue
+        return "compute"
+    return "memory"
+
+
+def direct_calls(op: Op, spec: Spec) -> list[Op]:
+    """The ops this op's expression calls itself, in order of first call."""
+    names = {o.name for o in spec.ops}
+    return [spec.op(c) for c in dict.fromkeys(op.calls) if c in names and c != op.name]
 
 
 def op_calls(op: Op, spec: Spec) -> list[Op]:

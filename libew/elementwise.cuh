@@ -1,10 +1,10 @@
-// The vectorised grid-stride elementwise template (after OneFlow's elementwise.cuh), with its
-// limits fixed:
+// The vectorised elementwise template (after OneFlow's elementwise.cuh), with its limits fixed:
 //  * pack width is chosen at run time from the alignment of every pointer (a misaligned view such
 //    as x[1:] gets the widest width all pointers allow, not a silent fallback to scalar);
 //  * the tail past the last whole pack is handled by the first threads, never read past the end;
 //  * 64-bit indices whenever n could overflow 32 bits, a 32-bit fast path otherwise;
-//  * each thread keeps two packs in flight per loop trip to hide memory latency;
+//  * the launch shape is a Tuning (block, packs per trip, grid cap, layout, cache hint), measured
+//    on the GPU by benchmarks/template_sweep.cu; the loop covers any grid, capped or not;
 //  * n = 0 launches nothing; every entry point returns the launch's cudaError_t.
 #pragma once
 #include <algorithm>
@@ -12,15 +12,40 @@
 
 namespace ew {
 
+// How the map kernel covers the array. Generated kernels use MemoryBoundTuning or
+// ComputeBoundTuning (below); benchmarks/template_sweep.cu instantiates others on the lent GPU to
+// measure them (the choice and its figures are in benchmarks/RESULTS.md).
+//   Block   threads per block
+//   Unroll  packs per thread per trip, all loaded before any is used
+//   Waves   grid cap, in waves of resident blocks per SM; 0 = no cap (one trip per thread)
+//   Tile    a trip's packs are Block apart inside the block's tile (true, PyTorch's layout), or
+//           one grid-stride apart (false, OneFlow's)
+//   Hint    0: read-only loads (ld.global.nc), plain stores; 1: streaming (evict-first) stores;
+//           2: streaming loads and stores
+template <int Block, int Unroll, int Waves, bool Tile, int Hint>
+struct Tuning {
+  static constexpr int kBlock = Block;
+  static constexpr int kUnroll = Unroll;
+  static constexpr int kWaves = Waves;
+  static constexpr bool kTile = Tile;
+  static constexpr int kHint = Hint;
+};
+// The two shapes the generator picks from, per op (the spec's `tuning`, or generator/spec.py's
+// op_tuning: "compute" when the expression calls a function), from the sweep on the H200:
+//  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
+//    Copy-like ops reach the copy ceiling (relu f32 at 2^28: 100.3% in the bench, against 96.4%
+//    for OneFlow's capped grid-stride shape), but a heavy op loses up to 20 points with it: each
+//    thread's only load has nothing to overlap with.
+//  * ComputeBoundTuning: two packs per thread per trip from a 2 x 128-pack tile, grid capped at 32
+//    waves: the best worst case of the sweep's heavy ops (gelu f32 97.8% in the bench), and
+//    copy-like ops still within 2 points of the other shape.
+using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
+using ComputeBoundTuning = Tuning<128, 2, 32, true, 0>;
+using DefaultTuning = MemoryBoundTuning;
+
+// Block size and grid cap of the special kernels (relu_mask, upsample, scatter, dot).
 constexpr int kBlock = 256;
-#ifndef EW_WAVES
-#define EW_WAVES 32
-#endif
-#ifndef EW_UNROLL
-#define EW_UNROLL 2
-#endif
-constexpr int kWaves = EW_WAVES;    // resident blocks per SM x waves caps the grid
-constexpr int kUnroll = EW_UNROLL;  // packs in flight per thread per loop trip
+constexpr int kWaves = 32;
 
 struct Launch {
   cudaStream_t stream;
@@ -28,11 +53,14 @@ struct Launch {
   int threads_per_sm;  // max resident threads per multiprocessor, likewise
 };
 
-// Blocks for `work` units (packs) of which each thread takes `per_thread` per trip.
-inline int grid_size(int64_t work, int per_thread, const Launch& l) {
-  const int64_t per_block = int64_t(kBlock) * per_thread;
+// Blocks of `block` threads for `work` units of which each thread takes `per_thread` per trip,
+// capped at `waves` waves of resident blocks (0: no cap).
+inline int grid_size(int64_t work, int per_thread, const Launch& l, int block = kBlock,
+                     int waves = kWaves) {
+  const int64_t per_block = int64_t(block) * per_thread;
   const int64_t wanted = std::max<int64_t>(1, (work + per_block - 1) / per_block);
-  const int64_t cap = std::max<int64_t>(1, int64_t(l.sms) * (l.threads_per_sm / kBlock) * kWaves);
+  const int64_t cap = waves == 0 ? int64_t(INT32_MAX)
+                                 : std::max<int64_t>(1, int64_t(l.sms) * (l.threads_per_sm / block) * waves);
   return static_cast<int>(std::min(wanted, cap));
 }
 
@@ -65,96 +93,92 @@ template <> struct VecOf<4> { using type = unsigned int; };
 template <> struct VecOf<2> { using type = unsigned short; };
 template <> struct VecOf<1> { using type = unsigned char; };
 
-#ifndef EW_STREAMING
-#define EW_STREAMING 0
-#endif
-
-template <typename T, int N>
+template <typename T, int N, int Hint = 0>
 __device__ __forceinline__ Pack<T, N> load_pack(const T* base, int64_t pack_index) {
   using V = typename VecOf<sizeof(Pack<T, N>)>::type;
   union { V v; Pack<T, N> p; } u;
   const V* src = reinterpret_cast<const V*>(base) + pack_index;
-#if EW_STREAMING
-  u.v = __ldcs(src);   // evict-first: streamed data will not be read again
-#else
-  u.v = __ldg(src);    // read-only path
-#endif
+  if constexpr (Hint >= 2) u.v = __ldcs(src);   // evict-first: streamed data is not read again
+  else u.v = __ldg(src);                        // read-only path
   return u.p;
 }
 
-template <typename T, int N>
+template <typename T, int N, int Hint = 0>
 __device__ __forceinline__ void store_pack(T* base, int64_t pack_index, const Pack<T, N>& p) {
   using V = typename VecOf<sizeof(Pack<T, N>)>::type;
   union { V v; Pack<T, N> p; } u;
   u.p = p;
-#if EW_STREAMING
-  __stcs(reinterpret_cast<V*>(base) + pack_index, u.v);
-#else
-  reinterpret_cast<V*>(base)[pack_index] = u.v;
-#endif
+  V* dst = reinterpret_cast<V*>(base) + pack_index;
+  if constexpr (Hint >= 1) __stcs(dst, u.v);
+  else *dst = u.v;
 }
 
 template <typename T, int N, int U>
 struct Packs { Pack<T, N> p[U]; };
 
-template <int N, int U, typename T, typename Index>
-__device__ __forceinline__ Packs<T, N, U> load_packs(const T* base, Index i, Index stride) {
+template <int N, int U, int Hint, typename T, typename Index>
+__device__ __forceinline__ Packs<T, N, U> load_packs(const T* base, Index i, Index step) {
   Packs<T, N, U> r;
 #pragma unroll
-  for (int u = 0; u < U; ++u) r.p[u] = load_pack<T, N>(base, i + u * stride);
+  for (int u = 0; u < U; ++u) r.p[u] = load_pack<T, N, Hint>(base, i + u * step);
   return r;
 }
 
-// One loop trip: the packs of every input were loaded (as this function's arguments) before any
-// is used.
-template <int N, int U, typename F, typename Out, typename Index, typename... In>
-__device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Index stride,
+// One trip: the packs of every input were loaded (as this function's arguments) before any is
+// used.
+template <int N, int U, int Hint, typename F, typename Out, typename Index, typename... In>
+__device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Index step,
                                               const Packs<In, N, U>&... loaded) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     Pack<Out, N> o;
     apply_pack<N>(f, o, loaded.p[u]...);
-    store_pack<Out, N>(out, i + u * stride, o);
+    store_pack<Out, N, Hint>(out, i + u * step, o);
   }
 }
 
-template <int N, typename Index, typename F, typename Out, typename... In>
-__global__ void __launch_bounds__(kBlock)
+template <class Tn, int N, typename Index, typename F, typename Out, typename... In>
+__global__ void __launch_bounds__(Tn::kBlock)
 map_kernel(F f, Index n, Out* __restrict__ out, const In* __restrict__... in) {
+  constexpr int B = Tn::kBlock, U = Tn::kUnroll, H = Tn::kHint;
   const Index n_packs = n / N;
-  const Index stride = Index(gridDim.x) * kBlock;
-  const Index first = Index(blockIdx.x) * kBlock + threadIdx.x;
-  Index i = first;
-  for (; i + (kUnroll - 1) * stride < n_packs; i += kUnroll * stride) {
-    compute_store<N, kUnroll>(f, out, i, stride, load_packs<N, kUnroll>(in, i, stride)...);
+  const Index threads = Index(gridDim.x) * B;
+  // A trip covers U * threads consecutive packs; this thread's U packs are i + u * step.
+  const Index step = Tn::kTile ? Index(B) : threads;
+  Index i = Index(blockIdx.x) * (Tn::kTile ? B * U : B) + threadIdx.x;
+  for (; i + (U - 1) * step < n_packs; i += U * threads) {
+    compute_store<N, U, H>(f, out, i, step, load_packs<N, U, H>(in, i, step)...);
   }
-  for (; i < n_packs; i += stride) {
-    compute_store<N, 1>(f, out, i, stride, load_packs<N, 1>(in, i, stride)...);
+  // The last, partial trip: those of this thread's packs that exist.
+#pragma unroll
+  for (int u = 0; u + 1 < U; ++u) {
+    const Index k = i + u * step;
+    if (k < n_packs) compute_store<N, 1, H>(f, out, k, step, load_packs<N, 1, H>(in, k, step)...);
   }
-  // Tail: fewer than N elements after the last whole pack, one per thread of the first block.
+  // Tail: fewer than N elements after the last whole pack, one per thread of block 0.
   const Index tail = n - n_packs * N;
-  if (first < tail) {
-    const Index k = n_packs * N + first;
+  if (blockIdx.x == 0 && Index(threadIdx.x) < tail) {
+    const Index k = n_packs * N + threadIdx.x;
     out[k] = f(in[k]...);
   }
 }
 
-template <int N, typename F, typename Out, typename... In>
+template <class Tn, int N, typename F, typename Out, typename... In>
 cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   const int64_t n_packs = n / N;
-  const int grid = grid_size(n_packs, kUnroll, l);
-  // 32-bit indices when no index the loop forms (up to n_packs + kUnroll * stride) can overflow.
-  const int64_t reach = n_packs + int64_t(kUnroll + 1) * grid * kBlock + N;
+  const int grid = grid_size(n_packs, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  // 32-bit indices when no index the kernel forms (up to n_packs + U * threads) can overflow.
+  const int64_t reach = n_packs + int64_t(Tn::kUnroll + 1) * grid * Tn::kBlock + N;
   if (n <= INT32_MAX && reach <= INT32_MAX) {
-    map_kernel<N, int32_t><<<grid, kBlock, 0, l.stream>>>(f, static_cast<int32_t>(n), out, in...);
+    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, static_cast<int32_t>(n), out, in...);
   } else {
-    map_kernel<N, int64_t><<<grid, kBlock, 0, l.stream>>>(f, n, out, in...);
+    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, out, in...);
   }
   return cudaGetLastError();
 }
 
 // Entry for generated code: picks the widest pack every pointer's alignment allows.
-template <typename F, typename Out, typename... In>
+template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
@@ -162,11 +186,11 @@ cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const I
   int pack = kMax;
   while (pack > 1 && !(aligned_to(out, pack * sizeof(Out)) && (aligned_to(in, pack * sizeof(In)) && ...)))
     pack /= 2;
-  if constexpr (kMax >= 16) { if (pack == 16) return launch_pack<16>(l, f, n, out, in...); }
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_pack<8>(l, f, n, out, in...); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_pack<4>(l, f, n, out, in...); }
-  if constexpr (kMax >= 2) { if (pack == 2) return launch_pack<2>(l, f, n, out, in...); }
-  return launch_pack<1>(l, f, n, out, in...);
+  if constexpr (kMax >= 16) { if (pack == 16) return launch_pack<Tn, 16>(l, f, n, out, in...); }
+  if constexpr (kMax >= 8) { if (pack == 8) return launch_pack<Tn, 8>(l, f, n, out, in...); }
+  if constexpr (kMax >= 4) { if (pack == 4) return launch_pack<Tn, 4>(l, f, n, out, in...); }
+  if constexpr (kMax >= 2) { if (pack == 2) return launch_pack<Tn, 2>(l, f, n, out, in...); }
+  return launch_pack<Tn, 1>(l, f, n, out, in...);
 }
 
 }  // namespace ew

@@ -1,54 +1,193 @@
-// Numerically careful building blocks for spec expressions. Each takes the compute type (float or
-// double) and avoids the failure modes of the textbook formulas: overflow of exp, cancellation in
-// 1 + erf(x) and 1 + tanh(x) for negative x.
+// Numerically careful building blocks for spec expressions. Each avoids the failure modes of the
+// textbook formulas (overflow of exp, cancellation in 1 + erf(x), 1 + tanh(x) and exp(x) - 1).
+//
+// Each helper takes, as its first template argument, R: the type the kernel stores its result in
+// (spec expressions pass their R). When R is a 16-bit float (float16, bfloat16: 11 and 8
+// significant bits), a few float ulp of error cannot change the rounded result, so the helper
+// uses the fast hardware approximations (ex2.approx, rcp.approx) and skips the argument
+// corrections; in half precision the accurate library calls, not memory, would bound the kernel.
+// For float and double results (and when R is left out) every helper is accurate to a few ulp
+// of its compute type C.
 #pragma once
 #include <cuda_runtime.h>
 #include "ew_types.cuh"
 
 namespace ew {
 
-// Logistic sigmoid without overflow: exp only ever sees a non-positive argument.
-template <typename C>
-__device__ __forceinline__ C sigmoid(C x) {
-  const C e = exp(-fabs(x));          // in (0, 1]; NaN stays NaN
-  const C r = C(1) / (C(1) + e);
-  return x >= C(0) ? r : e * r;
+template <typename R>
+inline constexpr bool narrow_v = std::is_same_v<R, __half> || std::is_same_v<R, __nv_bfloat16>;
+
+// 2^x from the hardware approximation (ex2.approx: about 2 ulp), flush-to-zero form: one
+// instruction, where the form that keeps subnormal results costs the heavy half-precision ops about
+// 10% of their throughput (gelu bfloat16 at 2^28: 87.7% of the copy ceiling against 96.2% for
+// float16). float16 results need no float subnormals (float16's smallest subnormal is 2^-24);
+// bfloat16 shares float's exponent range, so there 2^x = (2^(x/2))^2: the square of a normal
+// number, rounded by an ordinary multiply, is a correct subnormal. exp2_prescaled takes x already
+// multiplied by kEx2Scale<R>, so callers fold the halving into their own constants.
+template <typename R>
+inline constexpr float kEx2Scale = std::is_same_v<R, __half> ? 1.f : 0.5f;
+
+template <typename R>
+__device__ __forceinline__ float exp2_prescaled(float xs) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(xs));
+  if constexpr (std::is_same_v<R, __half>) return y;
+  else return y * y;
 }
 
-// Standard normal CDF, Phi(x) = erfc(-x/sqrt2)/2. erfc keeps relative accuracy in the lower tail
-// where 1 + erf would cancel. In float, the rounding of -x/sqrt2 alone would cost up to ~2 x^2 ulp
-// there, so the rounding error of the argument is folded back in with one Taylor term.
+// 1 / x from rcp.approx (1 ulp); callers keep x >= 1, so flushing subnormals never applies.
+__device__ __forceinline__ float rcp_fast(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// a / b; for narrow R the fast division (within 2 float ulp for |b| < 2^126).
+template <typename R = void, typename C>
+__device__ __forceinline__ C div(C a, C b) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) return __fdividef(a, b);
+  else return a / b;
+}
+
+// Logistic sigmoid without overflow: exp only ever sees a non-positive argument.
+template <typename R = void, typename C>
+__device__ __forceinline__ C sigmoid(C x) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
+    const float e = exp2_prescaled<R>((-1.44269504f * kEx2Scale<R>) * fabsf(x));
+    const float r = rcp_fast(1.f + e);
+    return x >= 0.f ? r : e * r;
+  } else {
+    const C e = exp(-fabs(x));                // in (0, 1]; NaN stays NaN
+    const C r = C(1) / (C(1) + e);
+    return x >= C(0) ? r : e * r;
+  }
+}
+
+// exp(x); for narrow R from ex2.approx (error ~2 ulp + |x| * 2^-24 from rounding x * log2(e)).
+template <typename R = void, typename C>
+__device__ __forceinline__ C exp(C x) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) return exp2_prescaled<R>((1.44269504f * kEx2Scale<R>) * x);
+  else return ::exp(x);
+}
+
+// log(1 + y) without cancellation near 0. For narrow R: |y| < 1/16 by its series to y^6
+// (truncation < 1e-8 relative), elsewhere log(1 + y) from lg2.approx, whose absolute error of
+// ~2^-22 is < 2e-6 relative to |log(1 + y)| >= 0.06.
+template <typename R = void, typename C>
+__device__ __forceinline__ C log1p(C y) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
+    float p = -1.f / 6.f;
+    p = fmaf(p, y, 0.2f);
+    p = fmaf(p, y, -0.25f);
+    p = fmaf(p, y, 1.f / 3.f);
+    p = fmaf(p, y, -0.5f);
+    p = fmaf(p * y, y, y);
+    return fabsf(y) < 0.0625f ? p : __logf(1.f + y);
+  } else {
+    return ::log1p(y);
+  }
+}
+
+// exp(x) - 1 without cancellation near 0.
+template <typename R = void, typename C>
+__device__ __forceinline__ C expm1(C x) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
+    // |x| < 1/2: Taylor to x^7 (truncation < 3e-7 relative); elsewhere exp(x) - 1 loses at most
+    // a factor e^(1/2) / (1 - e^(-1/2)) < 5 of exp's ~2 ulp.
+    float p = 1.f / 5040.f;
+    p = fmaf(p, x, 1.f / 720.f);
+    p = fmaf(p, x, 1.f / 120.f);
+    p = fmaf(p, x, 1.f / 24.f);
+    p = fmaf(p, x, 1.f / 6.f);
+    p = fmaf(p, x, 0.5f);
+    p = fmaf(p * x, x, x);
+    return fabsf(x) < 0.5f ? p : exp<R>(x) - 1.f;
+  } else {
+    return ::expm1(x);
+  }
+}
+
+// erfc(z) for 0 <= z <= 20 as t * exp(-z^2 + P(t)), t = 1 / (1 + z/2) (Numerical Recipes'
+// erfcc: relative error below 1.1e-7 over the whole range, checked against math.erfc). The
+// caller passes -z^2 split as e_hi + e_lo with e_hi exact, because the relative error of exp(a)
+// is the absolute error of a: for z = 9, rounding -z^2 to float alone would cost 5e-6.
+__device__ __forceinline__ float erfc_accurate(float z, float e_hi, float e_lo) {
+  // An exact division: rcp.approx's 2 ulp in t would show up amplified in erfc.
+  const float t = 1.f / fmaf(0.5f, z, 1.f);
+  float p = 0.17087277f;
+  p = fmaf(p, t, -0.82215223f);
+  p = fmaf(p, t, 1.48851587f);
+  p = fmaf(p, t, -1.13520398f);
+  p = fmaf(p, t, 0.27886807f);
+  p = fmaf(p, t, -0.18628806f);
+  p = fmaf(p, t, 0.09678418f);
+  p = fmaf(p, t, 0.37409196f);
+  p = fmaf(p, t, 1.00002368f);
+  p = fmaf(p, t, -1.26551223f);
+  return t * (expf(e_hi) * __expf(p + e_lo));   // expf: within 2 ulp at any exact e_hi
+}
+
+// Phi(-a) = erfc(a/sqrt2)/2 for a >= 0 (or +inf), for 16-bit results: the same form in base 2,
+// t * 2^(-a^2 log2(e)/2 + Q(t)), with Q of degree 5 fitted (weighted least squares, Lawson
+// iterations) to log2(erfc(z) / 2t) + z^2 log2(e) for a in [0, 14]: relative error below 8e-6,
+// and about 1e-5 with float rounding, against float16's and bfloat16's half ulp of 2.4e-4 and
+// 2e-3. Beyond a = 14 the result is below bfloat16's smallest subnormal.
+template <typename R>
+__device__ __forceinline__ float lower_normal_tail_fast(float a) {
+  const float t = rcp_fast(fmaf(0.35355339f, a, 1.f));   // 1 / (1 + z/2), z = a/sqrt2
+  constexpr float k = kEx2Scale<R>;
+  float q = 0.33010083f * k;
+  q = fmaf(q, t, -1.02322018f * k);
+  q = fmaf(q, t, 0.68462741f * k);
+  q = fmaf(q, t, 0.36704564f * k);
+  q = fmaf(q, t, 1.46869147f * k);
+  q = fmaf(q, t, -2.82723427f * k);
+  return t * exp2_prescaled<R>(fmaf((-0.72134752f * k) * a, a, q));
+}
+
+// Standard normal CDF Phi(x) = erfc(-x/sqrt2)/2, with relative accuracy in the lower tail, where
+// 1 + erf(x/sqrt2) would cancel. Phi(x) = erfc(|x|/sqrt2)/2 for x < 0 and 1 - that for x > 0.
+template <typename R = void>
 __device__ __forceinline__ double normal_cdf(double x) {
   return 0.5 * erfc(-x * 0.70710678118654752440);
 }
+template <typename R = void>
 __device__ __forceinline__ float normal_cdf(float x) {
-  constexpr float kHi = 0.707106769084930419921875f;     // float(1/sqrt2)
-  constexpr float kLo = 1.2101617485882343e-08f;         // 1/sqrt2 - kHi
-  const float z = -x * kHi;
-  const float dz = fmaf(-x, kHi, -z) - x * kLo;          // exact(-x/sqrt2) - z, to first order
-  const float e = erfcf(z);
-  // d erfc(z)/dz = -2/sqrt(pi) exp(-z^2). The term only matters in the lower tail of Phi (z > 0);
-  // skipping it elsewhere also keeps z = +-inf from turning dz into NaN.
-  const float corr = (z > 0.f && z <= 3.0e38f) ? dz * 1.1283791670955126f * __expf(-z * z) : 0.f;
-  return 0.5f * (e - corr);
+  float h;                                     // Phi(-|x|)
+  if constexpr (narrow_v<R>) {
+    h = lower_normal_tail_fast<R>(fabsf(x));   // +-inf: t = 0, 2^-inf = 0; NaN stays NaN
+  } else {
+    // Past |x| = 20, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
+    const float a = fabsf(x) > 20.f ? 20.f : fabsf(x);
+    const float hi = a * a;
+    const float lo = fmaf(a, a, -hi);          // a^2 = hi + lo exactly
+    h = 0.5f * erfc_accurate(a * 0.70710678118654752f, -0.5f * hi, -0.5f * lo);
+  }
+  return x < 0.f ? h : 1.f - h;
 }
 
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 // The sigmoid form has no cancellation for x < 0; in the tail its relative error is the absolute
-// error of 2u, so for float 2u is formed in double and its float rounding error dv is put back
-// with sigmoid' = s (1 - s). Cheap (four double ops), and a few ulp instead of ~|2u| ulp.
+// error of 2u, so for float results 2u is formed in double and its float rounding error dv is put
+// back with sigmoid' = s (1 - s): a few ulp instead of ~|2u| ulp. Narrow results need neither.
+template <typename R = void>
 __device__ __forceinline__ double gelu_tanh(double x) {
   if (x < -800.0) return -0.0;
   return x * sigmoid(1.5957691216057308 * fma(0.044715 * x, x * x, x));
 }
+template <typename R = void>
 __device__ __forceinline__ float gelu_tanh(float x) {
   if (x < -800.f) return -0.f;
-  const double xd = x;
-  const double v = 1.5957691216057308 * fma(0.044715 * xd, xd * xd, xd);
-  const float vh = static_cast<float>(v);
-  const float dv = isfinite(vh) ? static_cast<float>(v - static_cast<double>(vh)) : 0.f;
-  const float s = sigmoid(vh);
-  return x * fmaf(s * (1.f - s), dv, s);
+  if constexpr (narrow_v<R>) {
+    return x * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
+  } else {
+    const double xd = x;
+    const double v = 1.5957691216057308 * fma(0.044715 * xd, xd * xd, xd);
+    const float vh = static_cast<float>(v);
+    const float dv = isfinite(vh) ? static_cast<float>(v - static_cast<double>(vh)) : 0.f;
+    const float s = sigmoid(vh);
+    return x * fmaf(s * (1.f - s), dv, s);
+  }
 }
 
 }  // namespace ew

@@ -20,18 +20,34 @@ __all__ = ["DeviceArray", "asarray", "empty", "zeros", "Stream", "current_stream
 
 
 def ops() -> list[dict]:
-    """Every op of the loaded library: name, kind, arity, inputs, params, dtypes, doc."""
-    opcall.table()
+    """Every function of the loaded library: name, kind, arity, inputs, params, dtypes, doc. A
+    spec op that binds more than one function (upsample_nearest2d and its _backward) lists each."""
+    import inspect
+    table = opcall.table()
+    manifest_ops = library.get().manifest["ops"]
+    spec_names = {info["name"] for info in manifest_ops}
     out = []
-    for info in library.get().manifest["ops"]:
-        out.append({
+    for info in manifest_ops:
+        entry = {
             "name": info["name"], "kind": info["kind"], "arity": len(info["inputs"]),
             "inputs": list(info["inputs"]),
             "params": {p["name"]: p["default"] for p in info["params"]},
             "dtypes": [k["dtype"] for k in info["kernels"]],
             "doc": info["doc"],
-        })
+        }
+        out.append(entry)
+        for name, fn in table.items():
+            if name.startswith(info["name"] + "_") and name not in spec_names:
+                ps = list(inspect.signature(fn).parameters.values())
+                inputs = [p.name for p in ps if p.kind is p.POSITIONAL_ONLY]
+                params = {p.name: (None if p.default is p.empty else p.default) for p in ps
+                          if p.kind is not p.POSITIONAL_ONLY and p.name not in ("out", "stream")}
+                out.append(dict(entry, name=name, arity=len(inputs), inputs=inputs, params=params,
+                                doc=(fn.__doc__ or "").split("\n")[0]))
     return out
+
+
+_bound_ops: set[str] = set()
 
 
 def __getattr__(name: str):
@@ -41,7 +57,18 @@ def __getattr__(name: str):
     if fn is None:
         raise AttributeError(f"module 'pyew' has no attribute {name!r} (not an op of the loaded library; "
                              "see pyew.ops())")
+    # Bound as a module attribute, so later lookups skip this hook (about 1 µs a call);
+    # opcall.reset() forgets them with the table.
+    globals()[name] = fn
+    _bound_ops.add(name)
     return fn
+
+
+def _forget_ops() -> None:
+    g = globals()
+    for name in _bound_ops:
+        g.pop(name, None)
+    _bound_ops.clear()
 
 
 def __dir__():

@@ -34,7 +34,7 @@ class _Buffer:
         try:
             for s in self.others or ():
                 rt.stream_wait(self.stream, s)
-            rt.free(self.ptr, self.stream)
+            rt.free(self.ptr, self.stream, self.nbytes)
         except Exception:   # never raise from a finalizer (e.g. the context is gone at exit)
             pass
         self.ptr = 0
@@ -57,15 +57,16 @@ class DeviceArray:
     .get() or np.asarray() brings the data back."""
     __slots__ = ("_buf", "ptr", "shape", "dtype", "_info", "size", "__weakref__")
 
-    def __init__(self, buf: _Buffer, ptr: int, shape: tuple[int, ...], info: dt.DType):
+    def __init__(self, buf: _Buffer, ptr: int, shape: tuple[int, ...], info: dt.DType, size: int | None = None):
         self._buf = buf
         self.ptr = ptr
         self.shape = shape
         self._info = info
         self.dtype = info.np
-        size = 1
-        for s in shape:
-            size *= s
+        if size is None:
+            size = 1
+            for s in shape:
+                size *= s
         self.size = size
 
     # -- construction -------------------------------------------------------------------------

@@ -164,3 +164,42 @@ def test_index_past_int32(rng):
     mid = y[2**31 - 10000: 2**31 - 4096].get()
     assert np.all(mid == np.float16(1.5 * 4.5 / 6))
     assert y[n - 1].get() == want[-1]
+
+
+def test_device_fast_path_with_out(rng):
+    """DeviceArray inputs with out=: a fitting out is written (in place too); out of the wrong
+    dtype or shape, or a shifted view of an input, gets the general path's errors."""
+    a, b = random_array(rng, 4099, "float32"), random_array(rng, 4099, "float32")
+    x, y = pyew.asarray(a), pyew.asarray(b)
+    out = poison(pyew.empty(4099, "float32"))
+    assert pyew.add(x, y, out=out) is out
+    np.testing.assert_array_equal(out.get(), a + b)
+    assert pyew.add(x, y, out=x) is x                     # exactly an input: in place
+    np.testing.assert_array_equal(x.get(), a + b)
+    with pytest.raises(ValueError, match="out is float16 \\(4099,\\)"):
+        pyew.add(x, y, out=pyew.empty(4099, "float16"))
+    with pytest.raises(ValueError, match="out is float32 \\(4098,\\)"):
+        pyew.add(x, y, out=pyew.empty(4098, "float32"))
+    keep = y.get()
+    with pytest.raises(ValueError, match="partially overlaps"):
+        pyew.add(y[1:], y[1:], out=y[:-1])
+    np.testing.assert_array_equal(y.get(), keep)
+
+
+def test_small_buffers_are_reused_on_the_default_stream(rng):
+    """A freed small result's memory serves the next same-size allocation on the default stream,
+    and what was computed into the reused memory is right; other streams allocate afresh."""
+    a = random_array(rng, 1237, "float32")             # a size no other test frees
+    x = pyew.asarray(a)
+    y = pyew.relu(x)
+    ptr = y.ptr
+    del y
+    z = pyew.sigmoid(x)                                   # same size: y's memory
+    assert z.ptr == ptr
+    np.testing.assert_allclose(z.get(), 1 / (1 + np.exp(-a.astype(np.float64))), rtol=1e-6)
+    s = pyew.Stream()
+    w = pyew.relu(pyew.asarray(a, stream=s), stream=s)
+    s.synchronize()
+    del z
+    assert pyew.relu(x).ptr == ptr
+    np.testing.assert_array_equal(w.get(), np.maximum(a, 0))

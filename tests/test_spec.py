@@ -29,6 +29,24 @@ def test_good_spec_parses_into_frozen_model():
         op.name = "other"
 
 
+def test_tuning_guess_and_override():
+    """An expression that calls a function is "compute", one of plain arithmetic, C(...) casts and
+    calls of "memory" ops is "memory"; the spec's `tuning` wins over the guess."""
+    from generator.spec import op_tuning
+    spec = load(["libew/ops.toml"])
+    got = {o.name: op_tuning(o, spec) for o in spec.ops if o.kind == "map"}
+    assert got["relu"] == got["add"] == got["add_relu"] == got["to_float16"] == "memory"
+    assert got["gelu"] == got["sigmoid"] == got["elu"] == "compute"
+    text = GOOD + '\n[[op]]\nname = "g"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "twice(ew::sigmoid<R>(x))"\n' \
+        'ref = "x"\ndoc = "g."\n'
+    twice, g = one(text)
+    from generator.spec import Spec
+    s2 = Spec((twice, g), ())
+    assert op_tuning(twice, s2) == "memory" and op_tuning(g, s2) == "compute"
+    (forced,) = one(GOOD + 'tuning = "compute"\n')
+    assert op_tuning(forced, Spec((forced,), ())) == "compute"
+
+
 def test_default_spec_loads():
     spec = load(["libew/ops.toml"])
     names = {o.name for o in spec.ops}
@@ -58,6 +76,7 @@ def test_default_spec_loads():
     (GOOD + 'out = "float8"\n', r"field 'out': unknown dtype"),
     (GOOD + 'pair = { int32 = "x" }\n', r"field 'pair': dtype 'int32' has no paired type"),
     (GOOD + 'kind = "reduce"\n', r"field 'kind': unknown kind 'reduce'"),
+    (GOOD + 'tuning = "fast"\n', r"op 'twice': field 'tuning': must be one of 'memory', 'compute'"),
     (GOOD.replace('name = "twice"', 'name = "asarray"'), r"pyew function name"),
     ('[[op]]\nname = "a"\n[other]\nx = 1\n', r"field 'other': unknown top-level key"),
     ('[[op]\n', r"not valid TOML"),

@@ -151,6 +151,9 @@ def test_special_signatures_and_docs():
     assert "half2_pack" in pyew.dot.__doc__ and "bit i % 32 of word i // 32" in pyew.relu_mask.__doc__
     kinds = {o["name"]: o["kind"] for o in pyew.ops()}
     assert kinds["dot"] == "dot" and kinds["upsample_nearest2d"] == "upsample_nearest2d"
+    bwd = next(o for o in pyew.ops() if o["name"] == "upsample_nearest2d_backward")
+    assert bwd["kind"] == "upsample_nearest2d" and bwd["inputs"] == ["dy"]
+    assert bwd["params"] == {"scale": None, "input_size": None} and bwd["doc"]
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 // generated from ${op.source} by generator/ -- do not edit
 // The device function of op '${op.name}': ${op.doc}
 // C is the compute type (float for float32/float16/bfloat16, double for float64, the integer type
-// for integer dtypes). Other ops' functions are callable by name.
+// for integer dtypes); R is the type the kernel stores the result in (e.g. __half), which the
+// helpers of ew_math.cuh take to pick the cheapest formula accurate to it. Other ops are callable
+// by name: each is a local function object bound to the same R.
 #pragma once
 #include "ew_math.cuh"
 % for dep in deps:
@@ -10,9 +12,15 @@
 
 namespace ewf {
 
-template <typename C>
-__device__ __forceinline__ C ${op.name}(${signature}) {
-  return (${op.expr});
-}
+template <typename R>
+struct ${op.name}_fn {
+  template <typename C>
+  __device__ __forceinline__ C operator()(${signature}) const {
+% for dep in direct:
+    constexpr ${dep.name}_fn<R> ${dep.name}{};
+% endfor
+    return (${op.expr});
+  }
+};
 
 }  // namespace ewf

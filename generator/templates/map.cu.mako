@@ -13,7 +13,7 @@ struct Fn {
 % endfor
 
   __device__ __forceinline__ ${Out.ctype} operator()(${', '.join(f'{T.ctype} {i}' for i in op.inputs)}) const {
-    return ew::convert<${Out.ctype}>(ewf::${op.name}<${C}>(${call_args}));
+    return ew::convert<${Out.ctype}>(ewf::${op.name}_fn<${Out.ctype}>{}(${call_args}));
   }
 % if pair:
 
@@ -28,7 +28,9 @@ struct Fn {
 
 EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
   const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
-  return static_cast<int>(ew::launch_map(ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, f, n,
+  // tuning "${tuning}" (the spec's, or the generator's guess from the expression)
+  return static_cast<int>(ew::launch_map<ew::${'ComputeBoundTuning' if tuning == 'compute' else 'MemoryBoundTuning'}>(
+      ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, f, n,
       static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
 }
 % for e in [e for e in entries if e.role == "naive"]:

@@ -31,6 +31,7 @@ class MapCase:
     params: dict
     symbol: str
     naive: str | None
+    tuning: str | None = None     # the launch shape the generator picked ("memory" / "compute")
 
     @property
     def label(self) -> str:
@@ -57,7 +58,7 @@ def map_cases(manifest: dict, ops=None, dtypes=None) -> list[MapCase]:
             roles = {e["role"]: e["symbol"] for e in k["entries"]}
             cases.append(MapCase(info["name"], k["dtype"], k["out_dtype"], tuple(info["inputs"]),
                                  param_values(info), roles.get("forward", k["entries"][0]["symbol"]),
-                                 roles.get("naive")))
+                                 roles.get("naive"), info.get("tuning")))
     return cases
 
 
@@ -138,8 +139,9 @@ def measure_case(run, case: MapCase, n: int, impl: str, ins, out) -> None:
     except Exception as e:            # a peer's error (unsupported dtype, compile failure) or a CUDA error
         run.failed(f"{impl} {case.label} n={n}", e)
         return
+    extra = {"tuning": case.tuning} if impl == "pyew" and case.tuning else {}
     run.add(suite="map", name=case.op, dtype=case.dtype, out_dtype=case.out_dtype, arity=len(case.inputs), n=n, impl=impl,
-            ms=t.median_ms, min_ms=t.min_ms, reps=t.reps, bytes=nbytes, slots=slots)
+            ms=t.median_ms, min_ms=t.min_ms, reps=t.reps, bytes=nbytes, slots=slots, **extra)
 
 
 def _check_rc(lib, sym, rc):

@@ -108,11 +108,12 @@ def map_headline(v: _View) -> str:
         ms = {i: v.val(("map", op, dtype, n, i), "ms") for i in IMPL_ORDER}
         if g["pyew"] is None and not any(g.values()):
             continue
-        rows.append([op, dtype, f_gbps(g["pyew"]), f_pct(v.pct(g["pyew"])), f_gbps(g["naive"]),
+        tuning = v.val(("map", op, dtype, n, "pyew"), "tuning") or "—"
+        rows.append([op, dtype, tuning, f_gbps(g["pyew"]), f_pct(v.pct(g["pyew"])), f_gbps(g["naive"]),
                      f_gbps(g["torch"]), f_pct(v.pct(g["torch"])), f_gbps(g["cupy"]), f_pct(v.pct(g["cupy"])),
                      f_x(_ratio(ms["naive"], ms["pyew"])), f_x(_ratio(ms["torch"], ms["pyew"])),
                      f_x(_ratio(ms["cupy"], ms["pyew"]))])
-    head = ["op", "dtype", "pyew GB/s", "pyew % copy", "naive GB/s", "torch GB/s", "torch % copy", "CuPy GB/s",
+    head = ["op", "dtype", "tuning", "pyew GB/s", "pyew % copy", "naive GB/s", "torch GB/s", "torch % copy", "CuPy GB/s",
             "CuPy % copy", "vs naive", "vs torch", "vs CuPy"]
     return f"## Map ops at {f_size(n)} elements\n\n" + table(head, rows)
 
