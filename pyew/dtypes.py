@@ -12,7 +12,9 @@ from functools import cached_property
 import numpy as np
 
 
-@dataclass(frozen=True)
+# eq=False: rows are singletons, compared and hashed by identity (a field-wise hash per dict
+# lookup would cost every op call)
+@dataclass(frozen=True, eq=False)
 class DType:
     name: str            # numpy-style name, used in specs and in the Python API
     token: str           # procedural-name token: ew_<op>_<token>

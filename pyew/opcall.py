@@ -216,6 +216,7 @@ class MapOp:
         # params all defaulted: the DeviceArray fast path can pass these without looking at kwargs
         self.default_pvals = (None if any(d is None for _, _, d in self.params)
                               else [float(d) if t == "float" else int(d) for _, t, d in self.params])
+        self._dims = None     # (SMs, threads per SM) of the device, once it is open
 
     def _param_values(self, kw) -> list:
         if kw and not kw.keys() <= self.param_names:
@@ -294,9 +295,11 @@ class MapOp:
             if a._buf.stream is not s:
                 a._buf.used_on(s)
         if a0.size:
-            dev = rt.device()
-            rc = fn(res.ptr, *[a.ptr for a in args], a0.size, *self.default_pvals, s.handle, dev.sms,
-                    dev.threads_per_sm)
+            dims = self._dims
+            if dims is None:
+                dev = rt.device()
+                dims = self._dims = (dev.sms, dev.threads_per_sm)
+            rc = fn(res.ptr, *[a.ptr for a in args], a0.size, *self.default_pvals, s.handle, *dims)
             if rc:
                 self.lib.check(rc, sym)
         return res
