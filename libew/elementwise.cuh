@@ -33,11 +33,11 @@ struct Tuning {
 // The two shapes the generator picks from, per op (the spec's `tuning`, or generator/spec.py's
 // op_tuning: "compute" when the expression calls a function), from the sweep on the H200:
 //  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
-//    Copy-like ops reach the copy ceiling (relu f32 at 2^28: 100.3% in the bench, against 96.4%
+//    Copy-like ops reach the copy ceiling (relu f32 at 2^28: about 100% in the bench, against 96.4%
 //    for OneFlow's capped grid-stride shape), but a heavy op loses up to 20 points with it: each
 //    thread's only load has nothing to overlap with.
 //  * ComputeBoundTuning: two packs per thread per trip from a 2 x 128-pack tile, grid capped at 32
-//    waves: the best worst case of the sweep's heavy ops (gelu f32 97.8% in the bench), and
+//    waves: the best worst case of the sweep's heavy ops (gelu f32 about 98% in the bench), and
 //    copy-like ops still within 2 points of the other shape.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
 using ComputeBoundTuning = Tuning<128, 2, 32, true, 0>;
