@@ -141,7 +141,8 @@ mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, co
 
 template <int N, typename T>
 cudaError_t launch_mask_backward_n(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
-  const int grid = grid_size(n / N + 1, 1, l);
+  // No grid cap: one pack per thread, as MemoryBoundTuning (a select is copy-like work).
+  const int grid = grid_size(n / N + 1, 1, l, kBlock, 0);
   mask_backward_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(n, dx, dy, mask);
   return cudaGetLastError();
 }
