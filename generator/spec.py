@@ -352,17 +352,20 @@ def _check_calls(ops):
 # Launch shapes of the map kernel (ew::MemoryBoundTuning / ew::ComputeBoundTuning in
 # libew/elementwise.cuh), chosen per op; benchmarks/RESULTS.md has the sweep behind them.
 TUNINGS = ("memory", "compute")
+# Calls that cost a few instructions at most: they leave an op "memory".
+_CHEAP_CALLS = {"C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf",
+                "abs", "copysign", "copysignf"}
 
 
 def op_tuning(op: Op, spec: Spec) -> str:
     """The spec's `tuning`, else "compute" when the expression calls a function (a math function,
-    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0) and calls of
-    "memory" ops (relu(x + y)) keep an op "memory"."""
+    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs
+    and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
     if op.tuning is not None:
         return op.tuning
     names = {o.name for o in spec.ops}
     for c in _ANY_CALL.findall(op.expr):
-        if c == "C":
+        if c in _CHEAP_CALLS:
             continue
         if c in names:
             if c != op.name and op_tuning(spec.op(c), spec) == "compute":

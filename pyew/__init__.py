@@ -25,7 +25,7 @@ def ops() -> list[dict]:
     import inspect
     table = opcall.table()
     manifest_ops = library.get().manifest["ops"]
-    spec_names = {info["name"] for info in manifest_ops}
+    listed = {info["name"] for info in manifest_ops}
     out = []
     for info in manifest_ops:
         entry = {
@@ -37,7 +37,8 @@ def ops() -> list[dict]:
         }
         out.append(entry)
         for name, fn in table.items():
-            if name.startswith(info["name"] + "_") and name not in spec_names:
+            if name.startswith(info["name"] + "_") and name not in listed:
+                listed.add(name)
                 ps = list(inspect.signature(fn).parameters.values())
                 inputs = [p.name for p in ps if p.kind is p.POSITIONAL_ONLY]
                 params = {p.name: (None if p.default is p.empty else p.default) for p in ps

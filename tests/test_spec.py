@@ -43,6 +43,8 @@ def test_tuning_guess_and_override():
     from generator.spec import Spec
     s2 = Spec((twice, g), ())
     assert op_tuning(twice, s2) == "memory" and op_tuning(g, s2) == "compute"
+    (cheap,) = one(GOOD.replace('expr = "x + x"', 'expr = "fmaxf(x, C(0)) + static_cast<C>(1)"'))
+    assert op_tuning(cheap, Spec((cheap,), ())) == "memory"
     (forced,) = one(GOOD + 'tuning = "compute"\n')
     assert op_tuning(forced, Spec((forced,), ())) == "compute"
 
