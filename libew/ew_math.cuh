@@ -72,7 +72,8 @@ __device__ __forceinline__ C exp(C x) {
 
 // log(1 + y) without cancellation near 0. For narrow R: |y| < 1/16 by its series to y^6
 // (truncation < 1e-8 relative), elsewhere log(1 + y) from lg2.approx, whose absolute error of
-// ~2^-22 is < 2e-6 relative to |log(1 + y)| >= 0.06.
+// ~2^-22 is < 2e-6 relative to |log(1 + y)| >= 0.06. Its flush-to-zero form is exact here: 1 + y
+// is never a float subnormal (it is 0 or at least 2^-24).
 template <typename R = void, typename C>
 __device__ __forceinline__ C log1p(C y) {
   if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
@@ -82,7 +83,9 @@ __device__ __forceinline__ C log1p(C y) {
     p = fmaf(p, y, 1.f / 3.f);
     p = fmaf(p, y, -0.5f);
     p = fmaf(p * y, y, y);
-    return fabsf(y) < 0.0625f ? p : __logf(1.f + y);
+    float l2;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l2) : "f"(1.f + y));
+    return fabsf(y) < 0.0625f ? p : 0.69314718f * l2;
   } else {
     return ::log1p(y);
   }
