@@ -10,6 +10,8 @@ is loaded on first use, so `import pyew` itself needs neither the library nor a 
 """
 from __future__ import annotations
 
+import inspect
+
 from . import dtypes, library, opcall, special  # special registers the special kinds
 from .array import DeviceArray, asarray, empty, zeros
 from .errors import CudaError, LibraryError, NoDeviceError, PyewError
@@ -22,7 +24,6 @@ __all__ = ["DeviceArray", "asarray", "empty", "zeros", "Stream", "current_stream
 def ops() -> list[dict]:
     """Every function of the loaded library: name, kind, arity, inputs, params, dtypes, doc. A
     spec op that binds more than one function (upsample_nearest2d and its _backward) lists each."""
-    import inspect
     table = opcall.table()
     manifest_ops = library.get().manifest["ops"]
     listed = {info["name"] for info in manifest_ops}

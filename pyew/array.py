@@ -57,16 +57,15 @@ class DeviceArray:
     .get() or np.asarray() brings the data back."""
     __slots__ = ("_buf", "ptr", "shape", "dtype", "_info", "size", "__weakref__")
 
-    def __init__(self, buf: _Buffer, ptr: int, shape: tuple[int, ...], info: dt.DType, size: int | None = None):
+    def __init__(self, buf: _Buffer, ptr: int, shape: tuple[int, ...], info: dt.DType):
         self._buf = buf
         self.ptr = ptr
         self.shape = shape
         self._info = info
         self.dtype = info.np
-        if size is None:
-            size = 1
-            for s in shape:
-                size *= s
+        size = 1
+        for s in shape:
+            size *= s
         self.size = size
 
     # -- construction -------------------------------------------------------------------------

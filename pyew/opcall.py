@@ -285,8 +285,7 @@ class MapOp:
         fn, out_info, sym = entry
         a0 = args[0]
         if out is None:
-            buf = _Buffer(a0.size * out_info.itemsize, s)
-            res = DeviceArray(buf, buf.ptr, a0.shape, out_info, a0.size)
+            res = DeviceArray._alloc(a0.shape, out_info, s)
         else:
             res = out
             if out._buf.stream is not s:

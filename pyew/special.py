@@ -236,6 +236,16 @@ def bind_mask_backward(info: dict, lib: library.Library):
 
 # ---- upsample_nearest2d --------------------------------------------------------------------------
 
+def _scale_or_size(scale, size, op: str, size_name: str):
+    """(scale, None) or (None, (h, w)): the two exclusive ways to give the other side's size;
+    scale defaults to 2."""
+    if size is not None:
+        if scale is not None:
+            raise ValueError(f"{op}: give scale or {size_name}, not both")
+        return None, _positive_pair(size, op, size_name)
+    return (2 if scale is None else _positive_int(scale, op, "scale")), None
+
+
 class UpsampleOp:
     def __init__(self, info: dict, lib: library.Library):
         self.k = _Kernels(info, lib)
@@ -254,13 +264,8 @@ class UpsampleOp:
         entry = self.k.get(info, "forward")
         if h < 1 or w < 1:
             raise ValueError(f"{op}: x has shape {(n, c, h, w)}; its height and width must be positive")
-        if output_size is not None:
-            if scale is not None:
-                raise ValueError(f"{op}: give scale or output_size, not both")
-            oh, ow = _positive_pair(output_size, op, "output_size")
-        else:
-            k = 2 if scale is None else _positive_int(scale, op, "scale")
-            oh, ow = h * k, w * k
+        k, size = _scale_or_size(scale, output_size, op, "output_size")
+        oh, ow = size if size is not None else (h * k, w * k)
         return self._run(op, entry, x, (n, c, oh, ow), info, device, out, s, n * c, h, w, oh, ow)
 
     def backward(self, dy, /, scale=None, *, input_size=None, out=None, stream=None):
@@ -270,12 +275,10 @@ class UpsampleOp:
         entry = self.k.get(info, "backward", "_backward")
         if oh < 1 or ow < 1:
             raise ValueError(f"{op}: dy has shape {(n, c, oh, ow)}; its height and width must be positive")
-        if input_size is not None:
-            if scale is not None:
-                raise ValueError(f"{op}: give scale or input_size, not both")
-            h, w = _positive_pair(input_size, op, "input_size")
+        k, size = _scale_or_size(scale, input_size, op, "input_size")
+        if size is not None:
+            h, w = size
         else:
-            k = 2 if scale is None else _positive_int(scale, op, "scale")
             if oh % k or ow % k:
                 raise ValueError(f"{op}: dy's height and width {(oh, ow)} are not multiples of scale {k}; "
                                  "pass input_size=(H, W) for an upsample by output_size")

@@ -52,3 +52,15 @@ def poison(a):
         d = pyew.runtime.device()
         lib.check(lib.fill(a.ptr, a.size, info.itemsize, bits, 0, d.sms, d.threads_per_sm), "ew_fill")
     return a
+
+
+def header_compiles_as_c(gen_dir, main_expr: str) -> None:
+    """Assert that the generated build/ew.h in gen_dir compiles as C in a main returning main_expr."""
+    import subprocess
+    from pathlib import Path
+    src = Path(gen_dir) / "use.c"
+    src.write_text(f'#include "ew.h"\nint main(void) {{ return {main_expr}; }}\n')
+    libew = Path(__file__).resolve().parent.parent / "libew"
+    r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(gen_dir), "-I", str(libew), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -13,6 +13,8 @@ pytest.importorskip("mako", reason="mako (the generator's template engine) is no
 from generator.render import generate
 from generator.spec import load
 
+from .conftest import header_compiles_as_c
+
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 
@@ -42,11 +44,7 @@ def test_one_cu_per_op_dtype_and_manifest(tmp_path):
 
 def test_header_compiles_as_c(tmp_path):
     generate(load([ROOT / "libew/ops.toml"]), tmp_path)
-    src = tmp_path / "use.c"
-    src.write_text('#include "ew.h"\nint main(void) { return ew_abi_version() == 0; }\n')
-    r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(tmp_path), "-I", str(ROOT / "libew"), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    header_compiles_as_c(tmp_path, "ew_abi_version() == 0")
 
 
 def test_written_only_when_changed(tmp_path):

@@ -20,6 +20,8 @@ from pyew import library
 from pyew.array import DeviceArray
 from pyew.errors import LibraryError
 
+from .conftest import header_compiles_as_c
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECIAL = {"relu_mask", "add_relu_mask", "relu_mask_backward", "upsample_nearest2d", "dot", "scatter_add"}
 
@@ -75,11 +77,7 @@ def test_special_kernels_render(tmp_path):
 
 def test_special_kernels_compile_as_c_header(tmp_path):
     generate(load([ROOT / "libew/ops.toml"]), tmp_path)
-    src = tmp_path / "use.c"
-    src.write_text('#include "ew.h"\nint main(void) { return ew_scatter_add_check_f32_i64 == 0; }\n')
-    r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(tmp_path), "-I", str(ROOT / "libew"), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    header_compiles_as_c(tmp_path, "ew_scatter_add_check_f32_i64 == 0")
 
 
 def _spec(body: str):
