@@ -1,27 +1,36 @@
-"""DeviceArray: a contiguous n-d array in GPU memory, allocated from the stream-ordered pool."""
+"""DeviceArray: a C-contiguous n-d array in GPU memory, and how it leaves pyew (numpy through the
+transfer engine; the CUDA Array Interface and DLPack for other GPU libraries)."""
 from __future__ import annotations
 
+import math
 import operator
 import sys
 
 import numpy as np
 
+from . import dlpack
 from . import dtypes as dt
+from . import library
 from . import runtime as rt
+from . import transfer
 
 
 class _Buffer:
     """Owns one pool allocation. Freed on its own stream when the last view goes away; streams it
-    was used on besides that one are waited for first, so the free cannot overtake their work."""
-    __slots__ = ("ptr", "nbytes", "stream", "others", "__weakref__")
+    was used on besides that one are waited for first, so the free cannot overtake their work.
+    `last` is the stream that last queued work on it: what a consumer must wait for."""
+    __slots__ = ("ptr", "nbytes", "stream", "others", "last", "__weakref__")
 
     def __init__(self, nbytes: int, stream):
+        self.ptr = 0
+        self.others = None
         self.ptr = rt.malloc(nbytes, stream)
         self.nbytes = nbytes
         self.stream = stream
-        self.others = None
+        self.last = stream
 
     def used_on(self, stream) -> None:
+        self.last = stream
         if stream is not self.stream:
             if self.others is None:
                 self.others = []
@@ -33,14 +42,30 @@ class _Buffer:
             return
         try:
             for s in self.others or ():
-                rt.stream_wait(self.stream, s)
+                rt.stream_wait(self.stream.cu, s.cu)
             rt.free(self.ptr, self.stream, self.nbytes)
         except Exception:   # never raise from a finalizer (e.g. the context is gone at exit)
             pass
         self.ptr = 0
 
 
-def _normalize_shape(shape) -> tuple[int, ...]:
+class Foreign:
+    """Memory another library owns (imported through CUDA Array Interface or DLPack): `owner`
+    keeps it alive. pyew cannot order the owner's frees after its own work, so, as with any
+    consumer of these protocols, the producer's object must outlive the work queued on it."""
+    __slots__ = ("owner", "stream", "last", "read_only", "__weakref__")
+
+    def __init__(self, owner, read_only: bool = False):
+        self.owner = owner
+        self.stream = rt.DEFAULT_STREAM
+        self.last = rt.DEFAULT_STREAM
+        self.read_only = read_only
+
+    def used_on(self, stream) -> None:
+        self.last = stream
+
+
+def normalize_shape(shape) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
     try:
@@ -54,10 +79,11 @@ def _normalize_shape(shape) -> tuple[int, ...]:
 
 class DeviceArray:
     """A C-contiguous array on the GPU. Ops take and return DeviceArrays without host copies;
-    .get() or np.asarray() brings the data back."""
+    .get() or np.asarray() brings the data back; torch.from_dlpack, cupy.asarray and others take it
+    without a copy (DLPack, CUDA Array Interface)."""
     __slots__ = ("_buf", "ptr", "shape", "dtype", "_info", "size", "__weakref__")
 
-    def __init__(self, buf: _Buffer, ptr: int, shape: tuple[int, ...], info: dt.DType):
+    def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType):
         self._buf = buf
         self.ptr = ptr
         self.shape = shape
@@ -91,31 +117,82 @@ class DeviceArray:
         return self.size * self._info.itemsize
 
     @property
-    def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "version": 3, "strides": None}
+    def owner(self):
+        """What keeps the memory alive: a pyew allocation, or the foreign object it came from."""
+        b = self._buf
+        return b.owner if isinstance(b, Foreign) else b
+
+    @property
+    def readonly(self) -> bool:
+        return isinstance(self._buf, Foreign) and self._buf.read_only
 
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d DeviceArray")
         return self.shape[0]
 
+    # -- other GPU libraries --------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA Array Interface v3. `stream` is the stream whose queued work a consumer must wait
+        for (1 = the legacy default stream). bfloat16 has no typestr a consumer understands
+        (it reads as '<V2'): use DLPack (torch.from_dlpack) for bfloat16."""
+        last = self._buf.last
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.readonly),
+                "version": 3, "strides": None, "stream": last.handle or 1}
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (dlpack.KDL_CUDA, rt.device().ordinal)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (array API standard). stream: the consumer's stream (an int: 1 = legacy
+        default, 2 = per-thread default, -1 = no synchronization, None = legacy default); pyew's
+        queued work on this array is ordered before it with an event, not a device sync.
+        max_version: (major, minor) the consumer reads; (1, x) gets a versioned capsule, None or
+        (0, x) the legacy one. dl_device: must be this GPU. copy: True exports a copy, False never
+        copies (pyew never needs to), None either."""
+        dev = rt.device()
+        if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CUDA, dev.ordinal):
+            raise BufferError(f"pyew can export only to its GPU (kDLCUDA, {dev.ordinal}), not {tuple(dl_device)}; "
+                              "copy to the host with .get() first")
+        src = self
+        if copy:
+            src = self.copy()
+        if stream is not None and stream != -1:
+            if not isinstance(stream, int) or stream == 0:
+                raise BufferError(f"__dlpack__: stream must be an int other than 0 (1 = legacy default "
+                                  f"stream, 2 = per-thread default), got {stream!r}")
+        consumer = rt.foreign_stream(1 if stream is None else stream) if stream != -1 else None
+        last = src._buf.last
+        if consumer is not None and int(consumer) != (last.handle or 1):
+            rt.stream_wait(consumer, last.cu)
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
+        return dlpack.export(src.ptr, src.shape, src._info, dev.ordinal, src, versioned=versioned,
+                             version=version, read_only=src.readonly, copied=bool(copy))
+
     # -- host transfer ------------------------------------------------------------------------
     def get(self, stream=None, out: np.ndarray | None = None) -> np.ndarray:
-        """Copy to a new numpy array (or into `out`) and wait for the copy."""
+        """Copy to a new numpy array (or into `out`, any layout) and wait for the copy. The copy
+        runs after the work queued on the stream (or the current one) and on this array's own."""
         s = rt.resolve_stream(stream)
         if out is None:
             out = np.empty(self.shape, self.dtype)
-        elif out.shape != self.shape or out.dtype != self.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.shape}, "
-                             f"got {out.dtype} {out.shape}")
+        elif not isinstance(out, np.ndarray) or out.shape != self.shape or out.dtype != self.dtype \
+                or not out.flags.writeable:
+            raise ValueError(f"out must be a writeable {self.dtype} numpy array of shape {self.shape}, got "
+                             + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__))
         if self.size:
+            last = self._buf.last
+            if last is not s:
+                rt.stream_wait(s.cu, last.cu)
             self._buf.used_on(s)
-            rt.copy_dtoh(out.ctypes.data, self.ptr, self.nbytes, s)
-            s.synchronize()
+            transfer.to_host(self.ptr, out, s)
         return out
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a DeviceArray lives on the GPU: numpy needs a copy (np.asarray(d) or d.get())")
         a = self.get()
         return a if dtype is None else a.astype(dtype, copy=False)
 
@@ -150,18 +227,12 @@ class DeviceArray:
         if shape.count(-1) > 1:
             raise ValueError("only one dimension can be -1")
         if -1 in shape:
-            known = 1
-            for s in shape:
-                if s != -1:
-                    known *= s
+            known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.size % known:
                 raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
             shape = tuple(self.size // known if s == -1 else s for s in shape)
-        shape = _normalize_shape(shape)
-        size = 1
-        for s in shape:
-            size *= s
-        if size != self.size:
+        shape = normalize_shape(shape)
+        if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
         return DeviceArray(self._buf, self.ptr, shape, self._info)
 
@@ -169,15 +240,14 @@ class DeviceArray:
         s = rt.resolve_stream(stream)
         out = DeviceArray._alloc(self.shape, self._info, s)
         self._buf.used_on(s)
-        rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s)
+        rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
 
     def astype(self, dtype, stream=None) -> "DeviceArray":
-        """Convert with the library's cast op `to_<dtype>`; a copy if the dtype is the same."""
-        info = _lookup_dtype(dtype)
+        """Convert on the GPU with the library's cast op `to_<dtype>`; a copy if the dtype is the same."""
+        info = lookup_dtype(dtype)
         if info is self._info:
             return self.copy(stream)
-        from .opcall import cast
         return cast(self, info, stream)
 
     def __repr__(self) -> str:
@@ -191,39 +261,53 @@ class DeviceArray:
         return f"{head},\n  {body})" if "\n" in body else f"{head}, {body})"
 
 
-def _lookup_dtype(dtype) -> dt.DType:
+def lookup_dtype(dtype) -> dt.DType:
     try:
         return dt.lookup(dtype)
     except (KeyError, TypeError):
         raise TypeError(f"pyew has no dtype {dtype!r}; it knows {', '.join(dt.BY_NAME)}") from None
 
 
+def cast_entry(src: dt.DType, dst: dt.DType) -> library.Entry | None:
+    """The forward entry of the cast op `to_<dst>` for src, from the op table, if the library has it."""
+    op = library.get().manifest.op(f"to_{dst.name}")
+    if op is None or op.kind != "map":
+        return None
+    k = op.kernel(src)
+    return k.entry("forward") if k is not None and k.out_dtype is dst else None
+
+
+def cast(a: DeviceArray, info: dt.DType, stream=None, out: DeviceArray | None = None) -> DeviceArray:
+    """a converted to `info` on the GPU (into `out` if given)."""
+    entry = cast_entry(a._info, info)
+    if entry is None:
+        raise TypeError(f"no cast from {a.dtype} to {info.name} in the library (op to_{info.name} has no "
+                        f"{a._info.name} kernel); add it to a spec and rebuild")
+    s = rt.resolve_stream(stream)
+    res = out if out is not None else DeviceArray._alloc(a.shape, info, s)
+    a._buf.used_on(s)
+    res._buf.used_on(s)
+    if a.size:
+        library.launch(entry, (res.ptr, a.ptr, a.size), s)
+    return res
+
+
 def empty(shape, dtype="float32", stream=None) -> DeviceArray:
     """Uninitialised DeviceArray."""
-    return DeviceArray._alloc(_normalize_shape(shape), _lookup_dtype(dtype), rt.resolve_stream(stream))
+    return DeviceArray._alloc(normalize_shape(shape), lookup_dtype(dtype), rt.resolve_stream(stream))
 
 
 def zeros(shape, dtype="float32", stream=None) -> DeviceArray:
     """DeviceArray of zeros."""
     s = rt.resolve_stream(stream)
-    a = DeviceArray._alloc(_normalize_shape(shape), _lookup_dtype(dtype), s)
-    if a.size:
-        rt.check(rt._rt.cudaMemsetAsync(a.ptr, 0, a.nbytes, s._handle), "cudaMemsetAsync")
+    a = DeviceArray._alloc(normalize_shape(shape), lookup_dtype(dtype), s)
+    rt.memset(a.ptr, 0, a.nbytes, s.cu)
     return a
 
 
-def asarray(obj, dtype=None, stream=None) -> DeviceArray:
-    """Copy a numpy array (or anything np.asarray takes) to the GPU; a DeviceArray of the same
-    dtype is returned as is."""
-    if isinstance(obj, DeviceArray):
-        if dtype is None or _lookup_dtype(dtype) is obj._info:
-            return obj
-        return obj.astype(dtype, stream)
-    a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=_lookup_dtype(dtype).np)
-    info = _lookup_dtype(a.dtype)
-    a = np.ascontiguousarray(a)
-    s = rt.resolve_stream(stream)
-    out = DeviceArray._alloc(a.shape, info, s)
-    # From pageable memory the copy returns once the data is staged, so `a` may change afterwards.
-    rt.copy_htod(out.ptr, a.ctypes.data, a.nbytes, s)
+def from_host(a: np.ndarray, stream) -> DeviceArray:
+    """A new DeviceArray holding a copy of numpy array a (any layout), through the transfer engine."""
+    info = lookup_dtype(a.dtype)
+    out = DeviceArray._alloc(tuple(a.shape), info, stream)
+    transfer.to_device(a, out.ptr, stream)
     return out

@@ -1,9 +1,10 @@
-"""The one place that finds, checks and declares libew.so.
+"""The one place that finds, checks and declares libew.so, and reads its op table.
 
-Order: $PYEW_LIB, then build/libew.so next to this package. The library's ABI version must match,
-its embedded op table (the manifest) is the list of ops, and if a spec file it was built from has
-changed since, the library is refused as stale. Every entry point gets its argtypes/restype from
-the manifest once, here.
+Order: $PYEW_LIB, then build/libew.so of the checkout this package sits in, then the copy a wheel
+ships inside the package (pyew/_lib/libew.so). The library's ABI version must match; its
+embedded op table (the manifest) is parsed once into the frozen dataclasses below, which the rest
+of pyew uses; if a spec file it was built from has changed since, the library is refused as
+stale. Every entry point gets its argtypes/restype from the manifest once, here.
 """
 from __future__ import annotations
 
@@ -12,68 +13,197 @@ import hashlib
 import json
 import os
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import dtypes as dt
+from . import runtime as rt
 from .errors import CudaError, LibraryError
 
 ABI_VERSION = 1
-_REPO = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
+_REPO = _PACKAGE.parent
+BUNDLED = _PACKAGE / "_lib" / "libew.so"
+# C type of each argument kind of the ABI (generator/ writes the kinds into the manifest).
 _ABI_CTYPES = {"out": ctypes.c_void_p, "in": ctypes.c_void_p, "stream": ctypes.c_void_p,
-               "i64": ctypes.c_int64, "f64": ctypes.c_double, "i32": ctypes.c_int}
-_RUN_MAKE = "run `make all` in the pyew checkout (or set PYEW_LIB to a built libew.so)"
+               "i64": ctypes.c_int64, "f64": ctypes.c_double, "i32": ctypes.c_int,
+               "layout": ctypes.c_void_p}
+_DEFAULT_BUILD = "make all"
 
 
 def library_path() -> Path:
     env = os.environ.get("PYEW_LIB")
-    return Path(env) if env else _REPO / "build" / "libew.so"
+    if env:
+        # resolved now: dlopen would search the library path for a bare file name
+        return Path(env).expanduser().resolve()
+    checkout = _REPO / "build" / "libew.so"
+    if checkout.exists() or not BUNDLED.exists():
+        return checkout
+    return BUNDLED
+
+
+# ---- the manifest, parsed ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str                       # "float" or "int"
+    default: float | int | None     # None: the caller must pass it
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    role: str                       # "forward", "naive", "backward", a dot method, ...
+    symbol: str
+    args: tuple[tuple[str, str], ...]
+    fn: object = field(repr=False)  # the declared ctypes function
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    dtype: dt.DType
+    out_dtype: dt.DType
+    paired: bool
+    entries: tuple[Entry, ...]
+
+    def entry(self, role: str) -> Entry | None:
+        for e in self.entries:
+            if e.role == role:
+                return e
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    params: tuple[Param, ...]
+    doc: str
+    ref: str
+    out: str | None
+    source: str
+    rtol: float | None
+    tuning: str | None
+    kernels: tuple[Kernel, ...]
+    by_dtype: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "by_dtype", {k.dtype: k for k in self.kernels})
+
+    def kernel(self, dtype: dt.DType) -> Kernel | None:
+        return self.by_dtype.get(dtype)
+
+    @property
+    def dtypes(self) -> tuple[dt.DType, ...]:
+        return tuple(k.dtype for k in self.kernels)
+
+
+@dataclass(frozen=True)
+class SpecFile:
+    path: str           # as recorded: relative to the checkout, or absolute
+    sha256: str
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    abi: int
+    spec_files: tuple[SpecFile, ...]
+    build_command: str
+    ops: tuple[Op, ...]
+    raw: dict = field(repr=False)
+
+    def op(self, name: str) -> Op | None:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        return None
 
 
 class Library:
     def __init__(self, path: Path):
         self.path = path
         if not path.exists():
-            raise LibraryError(f"libew not found at {path}: {_RUN_MAKE}")
+            where = f"{path}" if os.environ.get("PYEW_LIB") else f"{path} (nor a bundled {BUNDLED})"
+            raise LibraryError(f"libew not found at {where}: run `make all` in the pyew checkout, "
+                               "or set PYEW_LIB to a built libew.so")
         try:
             self.cdll = ctypes.CDLL(str(path))
         except OSError as e:
-            raise LibraryError(f"cannot load {path}: {e}; {_RUN_MAKE}") from None
+            raise LibraryError(f"cannot load {path}: {e}; run `make all` in the pyew checkout") from None
         for sym in ("ew_abi_version", "ew_manifest", "ew_error_name", "ew_fill"):
             if not hasattr(self.cdll, sym):
-                raise LibraryError(f"{path} is not a libew library (no {sym}); {_RUN_MAKE}")
+                raise LibraryError(f"{path} is not a libew library (no {sym}); run `make all` in the "
+                                   "pyew checkout, or set PYEW_LIB to a built libew.so")
         self.cdll.ew_abi_version.restype = ctypes.c_int
         self.cdll.ew_abi_version.argtypes = []
-        abi = self.cdll.ew_abi_version()
-        if abi != ABI_VERSION:
-            raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; {_RUN_MAKE}")
         self.cdll.ew_manifest.restype = ctypes.c_char_p
         self.cdll.ew_manifest.argtypes = []
-        self.manifest = json.loads(self.cdll.ew_manifest().decode("utf-8"))
-        self._check_fresh()
+        raw = json.loads(self.cdll.ew_manifest().decode("utf-8"))
+        self.build_command = raw.get("build_command") or _DEFAULT_BUILD
+        abi = self.cdll.ew_abi_version()
+        if abi != ABI_VERSION:
+            raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; "
+                               f"rebuild it: {self.build_command}")
+        self._check_fresh(raw)
         self.cdll.ew_error_name.restype = ctypes.c_char_p
         self.cdll.ew_error_name.argtypes = [ctypes.c_int]
         self.fill = self._declare("ew_fill", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
                                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
-        self.symbols: dict[str, ctypes._CFuncPtr] = {}
-        for op in self.manifest["ops"]:
-            for k in op["kernels"]:
-                for e in k["entries"]:
-                    self.symbols[e["symbol"]] = self._declare(
-                        e["symbol"], [_ABI_CTYPES[kind] for _, kind in e["args"]])
+        self.manifest = self._parse(raw)
 
     def _declare(self, symbol, argtypes):
         try:
             f = getattr(self.cdll, symbol)
         except AttributeError:
-            raise LibraryError(f"{self.path} lacks {symbol}, which its own manifest lists; {_RUN_MAKE}") from None
+            raise LibraryError(f"{self.path} lacks {symbol}, which its own manifest lists; "
+                               f"rebuild it: {self.build_command}") from None
         f.argtypes = argtypes
         f.restype = ctypes.c_int
         return f
 
-    def _check_fresh(self):
-        for f in self.manifest.get("spec_files", []):
-            p = Path(f["path"])
-            if p.exists() and hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
-                raise LibraryError(f"{self.path} is stale: {p} changed since the library was built; {_RUN_MAKE}")
+    def _parse(self, raw: dict) -> Manifest:
+        try:
+            ops = tuple(self._op(o) for o in raw["ops"])
+            files = tuple(SpecFile(f["path"], f["sha256"]) for f in raw.get("spec_files", ()))
+        except (KeyError, TypeError, ValueError) as e:
+            raise LibraryError(f"{self.path} has a manifest this pyew cannot read ({type(e).__name__}: {e}); "
+                               f"rebuild it: {self.build_command}") from None
+        return Manifest(int(raw["abi"]), files, self.build_command, ops, raw)
+
+    def _op(self, o: dict) -> Op:
+        kernels = []
+        for k in o["kernels"]:
+            entries = []
+            for e in k["entries"]:
+                args = tuple((str(a), str(kind)) for a, kind in e["args"])
+                unknown = [kind for _, kind in args if kind not in _ABI_CTYPES]
+                if unknown:
+                    raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
+                fn = self._declare(e["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
+                entries.append(Entry(e["role"], e["symbol"], args, fn))
+            kernels.append(Kernel(dt.BY_NAME[k["dtype"]], dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")),
+                                  tuple(entries)))
+        params = tuple(Param(p["name"], p["type"], p["default"]) for p in o["params"])
+        return Op(o["name"], o["kind"], tuple(o["inputs"]), params, o.get("doc", ""), o.get("ref", ""),
+                  o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels))
+
+    def spec_path(self, recorded: str) -> Path:
+        """Where a spec file the library was built from lies now: a relative path is taken from the
+        checkout the library was built in (the folder above its build folder)."""
+        p = Path(recorded)
+        return p if p.is_absolute() else self.path.parent.parent / p
+
+    def _check_fresh(self, raw: dict):
+        for f in raw.get("spec_files", []):
+            p = self.spec_path(f["path"])
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue      # a library away from its checkout (a wheel, a copy): nothing to compare
+            if hashlib.sha256(data).hexdigest() != f["sha256"]:
+                raise LibraryError(f"{self.path} is stale: {p} changed since the library was built; "
+                                   f"rebuild it: {self.build_command}")
 
     def error_name(self, code: int) -> str:
         return self.cdll.ew_error_name(int(code)).decode()
@@ -101,3 +231,12 @@ def reset() -> None:
     global _lib
     with _lock:
         _lib = None
+
+
+def launch(entry: Entry, args: tuple, stream) -> None:
+    """Call an entry point: its own arguments, then the launch context (stream, SMs, threads per
+    SM) every entry takes last; a nonzero cudaError_t raises CudaError naming the symbol."""
+    dev = rt.device()
+    rc = entry.fn(*args, stream.handle, dev.sms, dev.threads_per_sm)
+    if rc:
+        get().check(rc, entry.symbol)

@@ -1,9 +1,13 @@
-"""The CUDA runtime through cuda-python (cuda.bindings.runtime): device, memory pool, copies,
-streams. The device is opened on first GPU use, so `import pyew` and `pyew.ops()` work without
-one; its attributes are queried once and handed to every launch.
+"""The CUDA runtime through cuda-python (cuda.bindings.runtime): the device, its memory pool,
+pinned host memory, copies, streams and events.
+
+This is the only module that calls cuda-python. The device is opened on first GPU use, so
+`import pyew` and `pyew.ops()` work without one; its attributes are queried once and handed to
+every launch.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -14,9 +18,8 @@ try:
 except ImportError:          # cuda-python missing: ops() still works, GPU use explains
     _rt = None
 
-_NO_DRIVER_CODES = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorInitializationError",
-                    "cudaErrorSystemDriverMismatch", "cudaErrorCompatNotSupportedOnDevice",
-                    "cudaErrorDevicesUnavailable", "cudaErrorStubLibrary"}
+_NO_CUDA_PYTHON = ("pyew needs cuda-python for GPU work, and it is not installed: "
+                   "pip install cuda-python (import pyew and pyew.ops() work without it)")
 
 
 def _name(err) -> str:
@@ -56,9 +59,14 @@ _device: Device | None = None
 
 def device() -> Device:
     """The current device, opened on first use; NoDeviceError if there is none."""
+    d = _device
+    if d is not None:
+        return d
+    return _open()
+
+
+def _open() -> Device:
     global _device
-    if _device is not None:
-        return _device
     with _lock:
         if _device is None:
             _device = _open_device()
@@ -67,7 +75,7 @@ def device() -> Device:
 
 def _open_device() -> Device:
     if _rt is None:
-        raise NoDeviceError("pyew needs cuda-python for GPU work: pip install cuda-python")
+        raise NoDeviceError(_NO_CUDA_PYTHON)
     err, count = _rt.cudaGetDeviceCount()
     if int(err) != 0 or count == 0:
         why = _name(err) if int(err) != 0 else "no CUDA devices"
@@ -99,18 +107,23 @@ def device_info() -> dict:
             "total_memory": total, "free_memory": free}
 
 
-# ---- streams ---------------------------------------------------------------------------------
+def trim_pool(keep_bytes: int = 0) -> None:
+    """Return the device pool's cached free memory to the driver, down to keep_bytes."""
+    check(_rt.cudaMemPoolTrimTo(device().pool, keep_bytes), "cudaMemPoolTrimTo")
+
+
+# ---- streams and events ----------------------------------------------------------------------
 
 class Stream:
     """A non-blocking CUDA stream. `with Stream() as s:` makes it current for ops in the block."""
 
     def __init__(self):
         device()
-        self._handle = check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
-        self.handle = int(self._handle)
+        self.cu = check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+        self.handle = int(self.cu)
 
     def synchronize(self) -> None:
-        check(_rt.cudaStreamSynchronize(self._handle), "cudaStreamSynchronize")
+        check(_rt.cudaStreamSynchronize(self.cu), "cudaStreamSynchronize")
 
     def __enter__(self):
         _current.stack.append(self)
@@ -121,11 +134,11 @@ class Stream:
         return False
 
     def __del__(self):
-        h = getattr(self, "_handle", None)
-        if h is not None and _rt is not None:
+        h = getattr(self, "cu", None)
+        if h is not None and _rt is not None and not sys.is_finalizing():
             # Work already queued still runs; the driver frees the stream when it is done.
             _rt.cudaStreamDestroy(h)
-            self._handle = None
+            self.cu = None
 
     def __repr__(self):
         return f"<pyew.Stream 0x{self.handle:x}>"
@@ -136,10 +149,11 @@ class _DefaultStream:
     handle = 0
 
     def __init__(self):
-        self._handle = _rt.cudaStream_t(0) if _rt is not None else None
+        self.cu = _rt.cudaStream_t(0) if _rt is not None else None
 
     def synchronize(self) -> None:
-        check(_rt.cudaStreamSynchronize(self._handle), "cudaStreamSynchronize")
+        device()
+        check(_rt.cudaStreamSynchronize(self.cu), "cudaStreamSynchronize")
 
     def __repr__(self):
         return "<pyew default stream>"
@@ -169,12 +183,77 @@ def resolve_stream(stream):
     raise TypeError(f"stream must be a pyew.Stream or None, not {type(stream).__name__}")
 
 
-# ---- memory ----------------------------------------------------------------------------------
+def foreign_stream(handle: int):
+    """A cudaStream_t for a raw handle another library gave (CUDA Array Interface, DLPack): 1 is
+    the legacy default stream and 2 the per-thread default stream, as in the CUDA headers."""
+    return _rt.cudaStream_t(handle)
+
+
+class Event:
+    """A CUDA event without timing (cheap to record and wait on), or with timing for benchmarks."""
+    __slots__ = ("cu",)
+
+    def __init__(self, timing: bool = False):
+        self.cu = None
+        flags = _rt.cudaEventDefault if timing else _rt.cudaEventDisableTiming
+        self.cu = check(_rt.cudaEventCreateWithFlags(flags), "cudaEventCreateWithFlags")
+
+    def record(self, stream_cu) -> None:
+        check(_rt.cudaEventRecord(self.cu, stream_cu), "cudaEventRecord")
+
+    def synchronize(self) -> None:
+        check(_rt.cudaEventSynchronize(self.cu), "cudaEventSynchronize")
+
+    def done(self) -> bool:
+        err = _rt.cudaEventQuery(self.cu)[0]
+        if err == _rt.cudaError_t.cudaErrorNotReady:
+            return False
+        check((err,), "cudaEventQuery")
+        return True
+
+    def elapsed_ms(self, start: "Event") -> float:
+        return float(check(_rt.cudaEventElapsedTime(start.cu, self.cu), "cudaEventElapsedTime"))
+
+    def __del__(self):
+        if self.cu is not None and _rt is not None and not sys.is_finalizing():
+            _rt.cudaEventDestroy(self.cu)
+            self.cu = None
+
+
+def wait_event(stream_cu, event: Event) -> None:
+    check(_rt.cudaStreamWaitEvent(stream_cu, event.cu, 0), "cudaStreamWaitEvent")
+
+
+class _Handshake(threading.local):
+    """One event per thread for stream-to-stream waits: a wait captures the event's state when it
+    is queued, so the same event can be recorded again right after."""
+    event: Event | None = None
+
+
+_handshake = _Handshake()
+
+
+def stream_wait(waiter_cu, other_cu) -> None:
+    """Make stream `waiter_cu` wait for the work queued so far on `other_cu` (no host sync)."""
+    ev = _handshake.event
+    if ev is None:
+        ev = _handshake.event = Event()
+    ev.record(other_cu)
+    wait_event(waiter_cu, ev)
+
+
+def synchronize() -> None:
+    """Wait for all work on the device."""
+    device()
+    check(_rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+
+# ---- device memory ---------------------------------------------------------------------------
 
 # Small buffers freed on the default stream are kept for the next allocation of the same size on
 # it: work queued on a stream runs in order, so the next user cannot overtake the last one. This
-# saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python (about 2 µs) per op call on
-# small arrays; the pool behind it is already a caching allocator for everything else.
+# saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small arrays;
+# the pool behind it is already a caching allocator for everything else.
 _REUSE_MAX_BYTES = 1 << 20      # per buffer
 _REUSE_PER_SIZE = 4
 _REUSE_TOTAL_BYTES = 64 << 20   # held at most, over all sizes
@@ -197,7 +276,18 @@ def malloc(nbytes: int, stream) -> int:
             else:
                 _reuse_bytes -= nbytes
                 return ptr
-    return int(check(_rt.cudaMallocAsync(nbytes, stream._handle), "cudaMallocAsync"))
+    if _device is None:
+        device()                  # NoDeviceError before any CUDA call that would say less
+    err, ptr = _rt.cudaMallocAsync(nbytes, stream.cu)
+    if int(err) != 0:
+        if err == _rt.cudaError_t.cudaErrorMemoryAllocation:
+            free_b, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
+            raise CudaError(int(err), _name(err), "cudaMallocAsync",
+                            f"out of GPU memory allocating {nbytes} bytes ({free_b} of {total} bytes "
+                            "free); free DeviceArrays you no longer need, or pass numpy arrays, which "
+                            "stream through a bounded device budget")
+        check((err,), "cudaMallocAsync")
+    return int(ptr)
 
 
 def free(ptr: int, stream, nbytes: int = 0) -> None:
@@ -212,38 +302,71 @@ def free(ptr: int, stream, nbytes: int = 0) -> None:
             kept.append(ptr)
             _reuse_bytes += nbytes
             return
-    check(_rt.cudaFreeAsync(ptr, stream._handle), "cudaFreeAsync")
+    check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
 
 
-def copy_htod(dst: int, src_ptr: int, nbytes: int, stream) -> None:
+def memset(ptr: int, value: int, nbytes: int, stream_cu) -> None:
+    if nbytes:
+        check(_rt.cudaMemsetAsync(ptr, value, nbytes, stream_cu), "cudaMemsetAsync")
+
+
+# ---- copies ----------------------------------------------------------------------------------
+
+def copy_htod(dst: int, src_ptr: int, nbytes: int, stream_cu) -> None:
     if nbytes:
         check(_rt.cudaMemcpyAsync(dst, src_ptr, nbytes, _rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
-                                  stream._handle), "cudaMemcpyAsync (host to device)")
+                                  stream_cu), "cudaMemcpyAsync (host to device)")
 
 
-def copy_dtoh(dst_ptr: int, src: int, nbytes: int, stream) -> None:
+def copy_dtoh(dst_ptr: int, src: int, nbytes: int, stream_cu) -> None:
     if nbytes:
         check(_rt.cudaMemcpyAsync(dst_ptr, src, nbytes, _rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                                  stream._handle), "cudaMemcpyAsync (device to host)")
+                                  stream_cu), "cudaMemcpyAsync (device to host)")
 
 
-def copy_dtod(dst: int, src: int, nbytes: int, stream) -> None:
+def copy_dtod(dst: int, src: int, nbytes: int, stream_cu) -> None:
     if nbytes:
         check(_rt.cudaMemcpyAsync(dst, src, nbytes, _rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
-                                  stream._handle), "cudaMemcpyAsync (device to device)")
+                                  stream_cu), "cudaMemcpyAsync (device to device)")
 
 
-def stream_wait(waiter, other) -> None:
-    """Make `waiter` wait for the work queued so far on `other`."""
-    ev = check(_rt.cudaEventCreateWithFlags(_rt.cudaEventDisableTiming), "cudaEventCreateWithFlags")
-    try:
-        check(_rt.cudaEventRecord(ev, other._handle), "cudaEventRecord")
-        check(_rt.cudaStreamWaitEvent(waiter._handle, ev, 0), "cudaStreamWaitEvent")
-    finally:
-        _rt.cudaEventDestroy(ev)
-
-
-def synchronize() -> None:
-    """Wait for all work on the device."""
+def new_stream():
+    """A raw non-blocking stream handle for pyew's own use (the transfer engine's lanes)."""
     device()
-    check(_rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+    return check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+
+
+def stream_synchronize(stream_cu) -> None:
+    check(_rt.cudaStreamSynchronize(stream_cu), "cudaStreamSynchronize")
+
+
+def destroy_stream(stream_cu) -> None:
+    if _rt is not None and not sys.is_finalizing():
+        _rt.cudaStreamDestroy(stream_cu)
+
+
+# ---- pinned host memory ----------------------------------------------------------------------
+
+def host_alloc(nbytes: int) -> int:
+    """Page-locked host memory (the DMA engines read and write it at full PCIe speed)."""
+    device()
+    err, ptr = _rt.cudaHostAlloc(nbytes, _rt.cudaHostAllocPortable)
+    if int(err) != 0:
+        raise CudaError(int(err), _name(err), "cudaHostAlloc",
+                        f"cannot pin {nbytes} bytes of host memory; lower pyew's pinned budget "
+                        "(pyew.set_transfer_limits(pinned_bytes=...))")
+    return int(ptr)
+
+
+def host_free(ptr: int) -> None:
+    if ptr and _rt is not None and not sys.is_finalizing():
+        _rt.cudaFreeHost(ptr)
+
+
+def host_register(ptr: int, nbytes: int) -> None:
+    """Page-lock an existing host buffer in place, so the DMA engines can read or write it."""
+    check(_rt.cudaHostRegister(ptr, nbytes, _rt.cudaHostRegisterPortable), "cudaHostRegister")
+
+
+def host_unregister(ptr: int) -> None:
+    check(_rt.cudaHostUnregister(ptr), "cudaHostUnregister")

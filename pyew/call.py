@@ -1,0 +1,374 @@
+"""The call pipeline every op kind uses:
+
+    arguments -> operands (classify, promote, broadcast) -> checks (out=, params) -> buffers
+              -> launch -> result (a DeviceArray, or numpy through the transfer engine)
+
+Everything is validated before anything is allocated or launched, so a bad call changes nothing.
+A call with any GPU operand (or a GPU out=) runs on the GPU and returns a DeviceArray; a call with
+only host operands streams through the transfer engine and returns numpy. The op kinds
+(pyew/ops/) describe their own arguments and launches and use the pieces here.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import dtypes as dt
+from . import interop
+from . import library
+from . import runtime as rt
+from . import transfer
+from .array import DeviceArray, _Buffer, cast_entry, from_host
+from .operands import (DEVICE, HOST, SCALAR, Operand, aligned_shape, broadcast_shape, broadcast_strides,
+                       classify, collapse, kernel_dtype, result_dtype, scalar_bits, scalar_value)
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# ---- preparing a call ------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Prepared:
+    """An elementwise call after classification: its operands, the dtype its kernel runs in, the
+    kernel, the broadcast shape, and whether it runs on the GPU's data (device) or numpy's."""
+    op: library.Op
+    operands: list[Operand]
+    kernel: library.Kernel
+    shape: tuple[int, ...]
+    device: bool
+
+
+def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None = None,
+            broadcast: bool = True) -> Prepared:
+    names = op.inputs if names is None else names
+    if len(args) != len(names):
+        raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+    operands = [classify(a, op.name, n, stream) for a, n in zip(args, names)]
+    first = operands[0].info
+    if all(o.info is first for o in operands):
+        result = first.np
+    else:
+        result = result_dtype(operands, op.name)
+    kd = kernel_dtype(result, op.dtypes, op.name)
+    shape = broadcast_shape(operands, op.name)
+    if not broadcast:
+        for o in operands:
+            if o.kind != SCALAR and o.shape != shape:
+                desc = ", ".join(f"{x.name!r} {x.shape}" for x in operands if x.kind != SCALAR)
+                raise ValueError(f"{op.name}: inputs must have one shape (or be scalars), got {desc}")
+    for o in operands:
+        if o.kind == SCALAR:
+            scalar_value(o, kd, op.name)         # refuses out-of-range values now, not at launch
+    return Prepared(op, operands, op.kernel(kd), shape, any(o.kind == DEVICE for o in operands))
+
+
+def param_values(op: library.Op, kw: dict) -> tuple:
+    """The op's params in ABI order: given as keywords, else their defaults; int params must fit
+    int64 and floats may be any double (inf and NaN included)."""
+    if kw and not kw.keys() <= {p.name for p in op.params}:
+        bad = sorted(set(kw) - {p.name for p in op.params})
+        have = ", ".join(p.name for p in op.params) or "none"
+        raise TypeError(f"{op.name}() got unexpected keyword argument(s) {', '.join(bad)}; its params: {have}")
+    vals = []
+    for p in op.params:
+        v = kw.get(p.name, p.default)
+        if v is None:
+            raise TypeError(f"{op.name}() missing required param {p.name!r}")
+        if isinstance(v, bool) or not isinstance(v, (numbers.Real, np.generic)) or \
+                (isinstance(v, np.generic) and not np.isrealobj(v)):
+            raise TypeError(f"{op.name}(): param {p.name!r} must be a {p.type}, not {type(v).__name__}")
+        if p.type == "int":
+            if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+                raise TypeError(f"{op.name}(): param {p.name!r} must be an int, not {v!r}")
+            v = int(v)
+            if not _INT64[0] <= v <= _INT64[1]:
+                raise OverflowError(f"{op.name}(): param {p.name!r} = {v} does not fit in int64")
+        else:
+            v = float(v)
+        vals.append(v)
+    return tuple(vals)
+
+
+# ---- out= -------------------------------------------------------------------------------------------
+
+def device_out(out, stream, op: str, what: str = "out"):
+    """out= of a GPU call as a DeviceArray (a foreign GPU array is imported without a copy), or
+    None if it is not a GPU array."""
+    if out is None:
+        return None
+    if type(out) is DeviceArray:
+        d = out
+    elif isinstance(out, np.ndarray):
+        return None
+    else:
+        d = interop.import_device(out, stream, op, what)
+        if d is None:
+            return None
+    if d.readonly:
+        raise ValueError(f"{op}: {what} is a read-only GPU array")
+    return d
+
+
+def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: str = "out"):
+    """Validate out= for a result of `shape` and `info`: a GPU array (pyew's or foreign) for a GPU
+    call, a writeable numpy array for a host call. Returns the out to write (imported if foreign)."""
+    if out is None:
+        return None
+    d = device_out(out, stream, op, what)
+    if device:
+        if d is None:
+            raise TypeError(f"{op}: {what} must be a GPU array (a DeviceArray, or one with "
+                            f"__cuda_array_interface__ / __dlpack__) when an input is on the GPU, "
+                            f"not {type(out).__name__}")
+        got, oshape = d._info, d.shape
+        out = d
+    else:
+        if d is not None:
+            out = d
+            got, oshape = d._info, d.shape
+        else:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"{op}: {what} must be a numpy array or a GPU array, not {type(out).__name__}")
+            if not out.flags.writeable:
+                raise ValueError(f"{op}: {what} is a read-only numpy array")
+            try:
+                got = dt.lookup(out.dtype)
+            except (KeyError, TypeError):
+                got = None
+            oshape = out.shape
+    if got is not info or tuple(oshape) != tuple(shape):
+        raise ValueError(f"{op}: {what} is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}")
+    return out
+
+
+def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: bool = True) -> None:
+    """A GPU out= may be exactly an input of its shape (elementwise in place); a shifted overlap
+    would read what the kernel already wrote."""
+    lo, hi = out.ptr, out.ptr + out.nbytes
+    for o in ins:
+        a = o.value
+        if o.kind == DEVICE and a.nbytes and hi > lo and a.ptr < hi and lo < a.ptr + a.nbytes:
+            if not (exact_ok and a.ptr == out.ptr and a.shape == out.shape and a._info is out._info):
+                raise ValueError(f"{op}: out overlaps input {o.name!r} without being exactly it; use a separate out")
+
+
+def overlaps(a: DeviceArray, b) -> bool:
+    return (isinstance(b, DeviceArray) and a.nbytes and b.nbytes
+            and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes)
+
+
+def unalias_host(operands: Sequence[Operand], out) -> None:
+    """A numpy out= that shares memory with an input other than exactly: the input is copied first,
+    as numpy does, since blocks are written before later blocks are read."""
+    if not isinstance(out, np.ndarray):
+        return
+    for o in operands:
+        a = o.value
+        if o.kind == HOST and np.may_share_memory(a, out):
+            same = (a.ctypes.data == out.ctypes.data and a.strides == out.strides and a.shape == out.shape)
+            if not same:
+                o.value = a.copy()
+
+
+# ---- launching elementwise work -----------------------------------------------------------------------
+
+@dataclass(slots=True)
+class DevIn:
+    """An input as a kernel sees it: a device pointer, its shape over the call (1 on broadcast
+    dims; () for a scalar), element strides (None: C-contiguous), its dtype, and for a scalar the
+    host value (so a library without strided kernels can still fill a buffer with it)."""
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    info: dt.DType
+    value: object = None
+
+
+def layout(out_shape: tuple[int, ...], ins: Sequence[DevIn]):
+    """The strided entry's layout argument: [ndim, shape..., strides of each input...] in
+    elements, after collapsing dims. Returns (ctypes array, collapsed shape)."""
+    shp, sts = collapse(out_shape, [broadcast_strides(i.shape, out_shape, i.strides) for i in ins])
+    if len(shp) > 8:
+        raise ValueError(f"this broadcast needs {len(shp)} dims after collapsing; pyew's kernels take at most 8")
+    vals = [len(shp), *shp]
+    for s in sts:
+        vals.extend(s)
+    return (ctypes.c_int64 * len(vals))(*vals), shp
+
+
+def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn], out_ptr: int,
+                       out_shape: tuple[int, ...], stream, role: str = "forward", extra_out: tuple = ()) -> None:
+    """Queue the kernel on `stream`: inputs of another dtype are converted on the GPU first; inputs
+    that all have the output's shape take the contiguous entry, anything broadcast the strided one."""
+    n = math.prod(out_shape)
+    if n == 0:
+        return
+    kd = kernel.dtype
+    keep = []
+    ptrs = []
+    ready = []
+    for i in ins:
+        if i.info is not kd:
+            entry = cast_entry(i.info, kd)
+            if entry is None:
+                raise TypeError(f"no cast from {i.info.name} to {kd.name} in the library (op to_{kd.name}); "
+                                "add it to a spec and rebuild")
+            m = math.prod(i.shape)
+            tmp = _Buffer(m * kd.itemsize, stream)
+            keep.append(tmp)
+            if m:
+                library.launch(entry, (tmp.ptr, i.ptr, m), stream)
+            i = DevIn(tmp.ptr, i.shape, None, kd, i.value)
+        ready.append(i)
+        ptrs.append(i.ptr)
+    if all(i.shape == out_shape and i.strides is None for i in ready):
+        library.launch(kernel.entry(role), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
+        return
+    strided = kernel.entry("strided") if role == "forward" and not extra_out else None
+    if strided is not None:
+        lay, _ = layout(out_shape, ready)
+        library.launch(strided, (out_ptr, *ptrs, n, *pvals, ctypes.addressof(lay)), stream)
+        return
+    # No strided entry (a special kind, or a library built without them): scalars are filled out
+    # to the output's size; anything else broadcast is refused.
+    ptrs = []
+    for i in ready:
+        if i.shape == out_shape and i.strides is None:
+            ptrs.append(i.ptr)
+        elif i.value is not None:
+            buf = _Buffer(n * kd.itemsize, stream)
+            keep.append(buf)
+            fill(buf.ptr, n, kd, scalar_bits(i.value, kd), stream)
+            ptrs.append(buf.ptr)
+        else:
+            raise ValueError(f"{kernel.entry(role).symbol} cannot broadcast an input of shape {i.shape} to "
+                             f"{out_shape}: give inputs of one shape")
+    library.launch(kernel.entry(role), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
+
+
+def fill(ptr: int, n: int, info: dt.DType, bits: int, stream) -> None:
+    lib = library.get()
+    dev = rt.device()
+    lib.check(lib.fill(ptr, n, info.itemsize, bits, stream.handle, dev.sms, dev.threads_per_sm), "ew_fill")
+
+
+def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:
+    """A scalar operand as a one-element device buffer of the kernel dtype."""
+    v = scalar_value(o, kd, "")
+    buf = _Buffer(kd.itemsize, stream)
+    keep.append(buf)
+    fill(buf.ptr, 1, kd, scalar_bits(v, kd), stream)
+    return DevIn(buf.ptr, (), None, kd, v)
+
+
+def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
+    """Every operand of a GPU call as a DevIn: GPU arrays as they are (marked used on the stream),
+    host arrays copied up in their own dtype (converted on the GPU afterwards), scalars as
+    one-element buffers."""
+    kd = p.kernel.dtype
+    ins = []
+    for o in p.operands:
+        if o.kind == SCALAR:
+            ins.append(scalar_input(o, kd, stream, keep))
+            continue
+        if o.kind == HOST:
+            d = from_host(o.value, stream)
+            keep.append(d)
+        else:
+            d = o.value
+            d._buf.used_on(stream)
+        ins.append(DevIn(d.ptr, d.shape, None, d._info))
+    return ins
+
+
+# ---- running an elementwise call ------------------------------------------------------------------
+
+def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Callable,
+                    *, out_scale: Sequence[int] = (), in_scale: Sequence[int] = (), align: int = 1):
+    """Run a prepared elementwise call, on the GPU or streamed from the host.
+
+    outputs: per result, (shape, dtype row, out= given for it or None).
+    out_scale / in_scale / align: for bitmask operands (one word per 32 elements), as in
+    transfer.stream_call.
+    step(ins: list[DevIn], out_ptrs, out_shapes, stream) queues the kernel(s) for one block (the
+    whole call on the GPU path). Returns the result(s): DeviceArrays on the GPU path, numpy arrays
+    on the host path."""
+    if p.device:
+        results = []
+        for shape, info, o in outputs:
+            if o is not None:
+                o._buf.used_on(stream)
+                results.append(o)
+            else:
+                results.append(DeviceArray._alloc(tuple(shape), info, stream))
+        keep: list = []
+        ins = device_inputs(p, stream, keep)
+        if math.prod(p.shape):
+            step(ins, [r.ptr for r in results], [tuple(r.shape) for r in results], stream)
+        return results
+    kd = p.kernel.dtype
+    results = [o if o is not None else np.empty(shape, info.np) for shape, info, o in outputs]
+    for r in results:
+        unalias_host(p.operands, r)
+    nd = len(p.shape)
+    host_ops = [transfer.HostOperand(o.value, aligned_shape(o.shape, nd)) for o in p.operands if o.kind == HOST]
+    keep = []
+    scalars = {}
+    for i, o in enumerate(p.operands):
+        if o.kind == SCALAR:
+            scalars[i] = scalar_input(o, kd, stream, keep)
+    casts = sum(kd.itemsize for o in p.operands if o.kind == HOST and o.info is not kd)
+
+    def block(chunk: transfer.DeviceChunk):
+        ins = []
+        hosts = iter(zip(chunk.inputs, chunk.input_shapes))
+        for i, o in enumerate(p.operands):
+            if o.kind == SCALAR:
+                ins.append(scalars[i])
+            else:
+                ptr, shp = next(hosts)
+                ins.append(DevIn(ptr, shp, None, o.info))
+        step(ins, list(chunk.out), list(chunk.out_shapes), chunk.stream)
+
+    transfer.stream_call(host_ops, results, p.shape, block, stream, out_scale=out_scale, in_scale=in_scale,
+                         align=align, scratch_per_elem=casts)
+    return results
+
+
+def to_numpy(d: DeviceArray, out, stream) -> np.ndarray:
+    """The host result of a one-shot GPU computation: into out= (numpy) or a new array."""
+    host = out if out is not None else np.empty(d.shape, d.dtype)
+    d.get(stream, out=host)
+    return host
+
+
+# ---- whole-array kinds (upsample, dot, scatter) ----------------------------------------------------
+
+def on_device(o: Operand, stream, keep: list) -> DeviceArray:
+    """An array operand on the GPU: a GPU array as it is (marked used on the stream), a host array
+    copied up through the transfer engine (kept alive in `keep` until the launch is queued)."""
+    if o.kind == DEVICE:
+        o.value._buf.used_on(stream)
+        return o.value
+    d = from_host(o.value, stream)
+    keep.append(d)
+    return d
+
+
+def array_operand(a, op: str, name: str, stream) -> Operand:
+    return classify(a, op, name, stream, scalars=False)
+
+
+def kernel_for(op: library.Op, info: dt.DType, role: str = "forward", what: str = "") -> library.Entry:
+    """The entry of `role` for dtype `info`, or a TypeError naming the dtypes that have one."""
+    k = op.kernel(info)
+    e = k.entry(role) if k is not None else None
+    if e is None:
+        have = ", ".join(k.dtype.name for k in op.kernels if k.entry(role) is not None)
+        raise TypeError(f"{op.name}{what} has no {info.name} kernel; it supports {have}")
+    return e

@@ -1,0 +1,161 @@
+"""GPU arrays of other libraries in (PyTorch, CuPy, JAX, Numba, ...): the CUDA Array Interface
+(v2 and v3) and DLPack, without copying, with the producer's stream honoured through an event
+wait, never a device sync. (Out is DeviceArray's own business: array.py.)
+
+Which protocol is used is decided once per type: the CUDA Array Interface when the type's
+interface carries a `stream` (v3: the producer says what to wait for, and reading a dict is the
+cheapest import), else DLPack when the type has it (the producer orders its work before the
+stream pyew passes), else a v2 interface, whose producer promises the data is ready.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dlpack
+from . import dtypes as dt
+from . import runtime as rt
+from .array import DeviceArray, Foreign, from_host, lookup_dtype
+
+_CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
+_cai_v3: dict[type, bool] = {}      # type -> its interface carries a stream
+
+
+def _stream_arg(stream) -> int:
+    """The stream handle to give a producer: 1 is the legacy default stream."""
+    return stream.handle or 1
+
+
+def import_device(obj, stream, op: str = "pyew", name: str = "input") -> DeviceArray | None:
+    """A DeviceArray over a foreign GPU array's memory (no copy), or None if obj is not on a GPU
+    (numpy arrays, CPU tensors, lists: the caller treats them as host data)."""
+    t = type(obj)
+    if _cai_v3.get(t):
+        try:
+            cai = obj.__cuda_array_interface__
+        except AttributeError:      # an instance of the type that is not on the GPU
+            return None
+        return _from_cai(obj, cai, stream, op, name)
+    if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
+        try:
+            kind, _ = obj.__dlpack_device__()
+        except Exception:
+            kind = None
+        if kind not in _CUDA_DEVICES:
+            return None
+        if t not in _cai_v3 and hasattr(t, "__cuda_array_interface__"):
+            try:
+                cai = obj.__cuda_array_interface__
+            except Exception:
+                cai = None
+            _cai_v3[t] = isinstance(cai, dict) and "stream" in cai
+            if _cai_v3[t]:
+                return _from_cai(obj, cai, stream, op, name)
+        return _from_dlpack(obj, stream, op, name)
+    if hasattr(t, "__cuda_array_interface__"):
+        try:
+            cai = obj.__cuda_array_interface__
+        except Exception:     # e.g. a CPU tensor whose type has the property
+            return None
+        if t not in _cai_v3:
+            _cai_v3[t] = isinstance(cai, dict) and "stream" in cai
+        return _from_cai(obj, cai, stream, op, name)
+    return None
+
+
+def _contiguous_fix(obj) -> str:
+    mod = type(obj).__module__.split(".")[0]
+    return {"torch": ".contiguous()", "cupy": "cupy.ascontiguousarray(x)",
+            "jax": "jax.numpy.copy(x)", "numba": "a contiguous copy"}.get(mod, "a C-contiguous copy")
+
+
+def _check_contiguous(obj, shape, strides, unit: int, op, name) -> None:
+    if strides is None:
+        return
+    want = 1
+    for n, s in zip(reversed(shape), reversed(tuple(strides))):
+        if n > 1 and s != want * unit:
+            raise ValueError(f"{op}: {name!r} is a non-contiguous {type(obj).__name__} (shape {tuple(shape)}, "
+                             f"strides {tuple(strides)}); pyew takes C-contiguous GPU arrays: pass "
+                             f"{_contiguous_fix(obj)}")
+        want *= n
+
+
+def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
+    try:
+        shape = tuple(int(n) for n in cai["shape"])
+        typestr = cai["typestr"]
+        ptr, read_only = cai["data"]
+    except (KeyError, TypeError, ValueError):
+        raise TypeError(f"{op}: {name!r} has a malformed __cuda_array_interface__") from None
+    if cai.get("mask") is not None:
+        raise TypeError(f"{op}: {name!r} is a masked array (__cuda_array_interface__ mask); pyew has no masks")
+    try:
+        info = dt.lookup(np.dtype(typestr))
+    except (KeyError, TypeError):
+        hint = (" (bfloat16 cannot travel through the CUDA Array Interface: pass it through DLPack, "
+                "e.g. the tensor itself from torch, which pyew reads with __dlpack__)" if typestr.endswith("V2") else "")
+        raise TypeError(f"{op}: {name!r} has dtype {typestr!r}, which pyew does not support{hint}") from None
+    _check_contiguous(obj, shape, cai.get("strides"), info.itemsize, op, name)
+    producer = cai.get("stream")
+    if producer is not None and producer != _stream_arg(stream):
+        if producer == 0:
+            raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ has stream 0, which the interface "
+                             "forbids (1 is the legacy default stream)")
+        rt.stream_wait(stream.cu, rt.foreign_stream(int(producer)))
+    return DeviceArray(Foreign(obj, bool(read_only)), int(ptr or 0), shape, info)
+
+
+def _from_dlpack(obj, stream, op, name) -> DeviceArray:
+    s = _stream_arg(stream)
+    try:
+        cap = obj.__dlpack__(stream=s, max_version=dlpack.VERSION)
+    except TypeError:          # a producer from before DLPack 1.0: no max_version
+        cap = obj.__dlpack__(stream=s)
+    imp = dlpack.consume(cap)
+    dev = rt.device()
+    if imp.device[0] not in _CUDA_DEVICES or imp.device[1] != dev.ordinal:
+        raise ValueError(f"{op}: {name!r} lives on DLPack device {imp.device}; pyew runs on CUDA device "
+                         f"{dev.ordinal}: move it there first")
+    info = dlpack.dtype_of(*imp.dtype)
+    if info is None:
+        raise TypeError(f"{op}: {name!r} has DLPack dtype (code {imp.dtype[0]}, {imp.dtype[1]} bits, "
+                        f"{imp.dtype[2]} lanes), which pyew does not support")
+    _check_contiguous(obj, imp.shape, imp.strides, 1, op, name)
+    return DeviceArray(Foreign(imp.owner, imp.read_only), imp.ptr, imp.shape, info)
+
+
+def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
+    """A DeviceArray over another library's GPU array through DLPack (torch, CuPy, JAX, ...),
+    without a copy (copy=True makes one). The producer orders its pending work on the array
+    before the current pyew stream (or `stream`)."""
+    s = rt.resolve_stream(stream)
+    if isinstance(obj, DeviceArray):
+        return obj.copy(s) if copy else obj
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+        raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__/__dlpack_device__")
+    kind, _ = obj.__dlpack_device__()
+    if kind not in _CUDA_DEVICES:
+        raise BufferError(f"from_dlpack: the {type(obj).__name__} is on DLPack device type {kind}, not a GPU; "
+                          "pyew.asarray(x) copies host data to the GPU")
+    d = _from_dlpack(obj, s, "from_dlpack", "x")
+    return d.copy(s) if copy else d
+
+
+def asarray(obj, dtype=None, stream=None) -> DeviceArray:
+    """A DeviceArray of obj: a DeviceArray as is, a GPU array of another library without a copy
+    (CUDA Array Interface or DLPack), anything else through numpy and the transfer engine. With
+    dtype, converted on the GPU where it differs."""
+    s = rt.resolve_stream(stream)
+    if isinstance(obj, DeviceArray):
+        d = obj
+    else:
+        d = import_device(obj, s, "asarray", "obj") if not isinstance(obj, np.ndarray) else None
+        if d is None:
+            a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=lookup_dtype(dtype).np)
+            if a.dtype == object:
+                raise TypeError(f"asarray: a {type(obj).__name__} that numpy reads as objects is not numeric data")
+            lookup_dtype(a.dtype)
+            return from_host(a, s)
+    if dtype is None or lookup_dtype(dtype) is d._info:
+        return d
+    return d.astype(dtype, s)

@@ -1,0 +1,74 @@
+"""Op kinds and the op table: every op of the loaded library as a Python function.
+
+Each op kind has a module here (map, relu_mask, upsample, dot, scatter) that registers a binder:
+given one op of the manifest, it returns the Python function(s) for it. The functions validate
+their own arguments and run through pyew.call.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from .. import library
+from ..errors import LibraryError
+
+BINDERS: dict[str, Callable] = {}
+_table: dict[str, Callable] | None = None
+_on_reset: list[Callable[[], None]] = []
+
+P = inspect.Parameter
+OUT_STREAM = [P("out", P.KEYWORD_ONLY, default=None), P("stream", P.KEYWORD_ONLY, default=None)]
+
+
+def binder(kind: str):
+    def register(fn):
+        BINDERS[kind] = fn
+        return fn
+    return register
+
+
+def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str) -> Callable:
+    def op(*args, **kwargs):
+        return impl(*args, **kwargs)
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = "pyew"
+    op.__doc__ = doc
+    op.__signature__ = inspect.Signature(params)
+    return op
+
+
+def positional(names) -> list[inspect.Parameter]:
+    return [P(n, P.POSITIONAL_ONLY) for n in names]
+
+
+def table() -> dict[str, Callable]:
+    """name -> function for every op of the loaded library (loads it on first use)."""
+    global _table
+    if _table is None:
+        lib = library.get()
+        t: dict[str, Callable] = {}
+        for op in lib.manifest.ops:
+            bind = BINDERS.get(op.kind)
+            if bind is None:
+                raise LibraryError(f"{lib.path} has an op of kind {op.kind!r} this pyew cannot bind; "
+                                   f"update pyew or rebuild the library: {lib.build_command}")
+            t.update(bind(op))
+        _table = t
+    return _table
+
+
+def on_reset(fn: Callable[[], None]) -> None:
+    """Call fn whenever the table is forgotten (pyew's package unbinds the functions it cached)."""
+    _on_reset.append(fn)
+
+
+def reset() -> None:
+    """Forget the table and the loaded library (tests point PYEW_LIB elsewhere, then call this)."""
+    global _table
+    _table = None
+    library.reset()
+    for fn in _on_reset:
+        fn()
+
+
+from . import dot, map, relu_mask, scatter, upsample  # noqa: E402,F401  (each registers its binder)

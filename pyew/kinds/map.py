@@ -1,0 +1,108 @@
+"""map ops: one C++ expression per element, with numpy broadcasting, promotion and out=."""
+from __future__ import annotations
+
+from .. import call, library
+from .. import runtime as rt
+from ..array import DeviceArray
+from . import OUT_STREAM, P, binder, make_function, positional
+
+
+class MapOp:
+    """One elementwise op of the library; called through the function make_function builds."""
+
+    def __init__(self, op: library.Op):
+        self.op = op
+        self.name = op.name
+        self.arity = len(op.inputs)
+        # DeviceArray fast path: dtype -> (entry function, output dtype, symbol)
+        self.fast = {k.dtype: (k.entry("forward").fn, k.out_dtype, k.entry("forward").symbol) for k in op.kernels}
+        self.default_pvals = (None if any(p.default is None for p in op.params)
+                              else call.param_values(op, {}))
+        self._dims = None     # (SMs, threads per SM) of the device, once it is open
+
+    def __call__(self, *args, out=None, stream=None, **kw):
+        # The common case on the GPU, with less Python per call: DeviceArrays of one dtype and
+        # shape, no params given, out= absent or a DeviceArray that fits and is not a shifted view
+        # of an input. Same checks as the general path, which handles anything else.
+        if not kw and len(args) == self.arity and self.default_pvals is not None:
+            a0 = args[0]
+            if type(a0) is DeviceArray:
+                info, shape = a0._info, a0.shape
+                for a in args:
+                    if type(a) is not DeviceArray or a._info is not info or a.shape != shape:
+                        break
+                else:
+                    entry = self.fast.get(info)
+                    if entry is not None:
+                        if out is None:
+                            return self._run_device(entry, args, rt.resolve_stream(stream), None)
+                        if type(out) is DeviceArray and out._info is entry[1] and out.shape == shape:
+                            ob = out._buf
+                            for a in args:
+                                if a._buf is ob and (a.ptr != out.ptr or a.nbytes != out.nbytes):
+                                    break
+                            else:
+                                return self._run_device(entry, args, rt.resolve_stream(stream), out)
+        s = rt.resolve_stream(stream)
+        pvals = call.param_values(self.op, kw) if (kw or self.op.params) else ()
+        p = call.prepare(self.op, args, s)
+        out_info = p.kernel.out_dtype
+        o = call.check_out(out, p.device, p.shape, out_info, self.name, s)
+        if isinstance(o, DeviceArray):
+            p.device = True
+            call.check_alias(o, p.operands, self.name)
+        kernel = p.kernel
+
+        def step(ins, outs, shapes, st):
+            call.launch_elementwise(kernel, pvals, ins, outs[0], shapes[0], st)
+
+        return call.run_elementwise(p, o, s, [(p.shape, out_info, o)], step)[0]
+
+    def _run_device(self, entry, args, s, out):
+        fn, out_info, sym = entry
+        a0 = args[0]
+        if out is None:
+            res = DeviceArray._alloc(a0.shape, out_info, s)
+        else:
+            res = out
+            out._buf.used_on(s)
+        for a in args:
+            a._buf.used_on(s)
+        if a0.size:
+            dims = self._dims
+            if dims is None:
+                dev = rt.device()
+                dims = self._dims = (dev.sms, dev.threads_per_sm)
+            rc = fn(res.ptr, *[a.ptr for a in args], a0.size, *self.default_pvals, s.handle, *dims)
+            if rc:
+                library.get().check(rc, sym)
+        return res
+
+    def signature(self) -> list[P]:
+        ps = positional(self.op.inputs) + list(OUT_STREAM)
+        for p in self.op.params:
+            ps.append(P(p.name, P.KEYWORD_ONLY, default=P.empty if p.default is None else p.default,
+                        annotation=float if p.type == "float" else int))
+        return ps
+
+    def doc(self) -> str:
+        op = self.op
+        lines = [op.doc, ""]
+        lines.append(f"Inputs: {', '.join(op.inputs)}: numpy arrays, GPU arrays (DeviceArray, or torch/CuPy/JAX/"
+                     "Numba arrays through DLPack or the CUDA Array Interface), or scalars; shapes broadcast "
+                     "and dtypes promote as in numpy.")
+        for p in op.params:
+            d = "required" if p.default is None else f"default {p.default}"
+            lines.append(f"Param {p.name} ({p.type}, {d}).")
+        dts = [k.dtype.name + ("" if k.dtype is k.out_dtype else f" -> {k.out_dtype.name}") for k in op.kernels]
+        lines.append(f"dtypes: {', '.join(dts)}.")
+        lines.append("numpy in -> numpy out (streamed through pinned memory); any GPU input -> DeviceArray out. "
+                     "out= writes into a given array; stream= runs on a pyew.Stream.")
+        lines.append(f"Reference (numpy, float64): {op.ref}")
+        return "\n".join(lines)
+
+
+@binder("map")
+def bind_map(op: library.Op):
+    m = MapOp(op)
+    return {op.name: make_function(op.name, m.__call__, m.signature(), m.doc())}

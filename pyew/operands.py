@@ -1,0 +1,199 @@
+"""What an op call was given: each argument classified (a pyew DeviceArray, a foreign GPU array,
+a numpy array, a scalar), the dtype the call computes in (numpy 2's promotion rules, NEP 50), the
+broadcast shape, and the dimension collapsing that turns a broadcast into the few dims a kernel
+needs.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes as dt
+from . import interop
+from .array import DeviceArray
+
+DEVICE, HOST, SCALAR = "device", "host", "scalar"
+
+
+@dataclass(slots=True)
+class Operand:
+    name: str                        # the input's name in the spec, for messages
+    kind: str                        # DEVICE, HOST or SCALAR
+    value: object                    # DeviceArray, np.ndarray, or a Python/numpy scalar
+    info: dt.DType | None            # its dtype (None for a Python scalar: weakly typed)
+    shape: tuple[int, ...]
+
+
+def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
+    """One argument as an Operand: DeviceArrays and foreign GPU arrays (CUDA Array Interface,
+    DLPack) are DEVICE, numpy arrays (and what np.asarray takes) HOST, numbers SCALAR."""
+    if type(a) is DeviceArray:
+        return Operand(name, DEVICE, a, a._info, a.shape)
+    if isinstance(a, (bool, int, float, complex)):
+        if not scalars:
+            raise TypeError(f"{op}: {name} must be an array, not a scalar")
+        return Operand(name, SCALAR, a, None, ())
+    if isinstance(a, np.generic):
+        if not scalars:
+            raise TypeError(f"{op}: {name} must be an array, not a scalar")
+        return Operand(name, SCALAR, a, _info(a.dtype, op, name), ())
+    if not isinstance(a, np.ndarray):
+        d = interop.import_device(a, stream, op, name)
+        if d is not None:
+            return Operand(name, DEVICE, d, d._info, d.shape)
+        try:
+            a = np.asarray(a)
+        except Exception:
+            raise TypeError(f"{op}: input {name!r} is a {type(a).__name__}, not an array or number") from None
+        if a.dtype == object:
+            raise TypeError(f"{op}: input {name!r} is a {type(a).__name__} that numpy reads as objects, "
+                            "not numbers")
+    if a.ndim == 0 and scalars:
+        return Operand(name, SCALAR, a[()], _info(a.dtype, op, name), ())
+    return Operand(name, HOST, a, _info(a.dtype, op, name), tuple(a.shape))
+
+
+def _info(npd, op: str, name: str) -> dt.DType:
+    try:
+        return dt.lookup(npd)
+    except (KeyError, TypeError):
+        raise TypeError(f"{op}: input {name!r} has dtype {npd}, which pyew does not support "
+                        f"(it knows {', '.join(d.name for d in dt.TABLE)})") from None
+
+
+# ---- promotion ------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1024)
+def _promote_key(key) -> np.dtype:
+    samples = [np.zeros(1, k) if isinstance(k, np.dtype) else k(0) for k in key]
+    acc = samples[0]
+    for s in samples[1:]:
+        acc = np.add(acc, s)
+    return np.asarray(acc).dtype
+
+
+def result_dtype(operands: list[Operand], op: str) -> np.dtype:
+    """The dtype numpy 2 gives these operands (arrays and numpy scalars strongly typed, Python
+    numbers weakly), as its ufuncs resolve it: ml_dtypes' bfloat16 mixes as it does with numpy."""
+    key = tuple(o.info.np if o.info is not None else type(o.value) for o in operands)
+    try:
+        return _promote_key(key)
+    except Exception as e:
+        what = ", ".join(str(o.info.name) if o.info is not None else type(o.value).__name__ for o in operands)
+        raise TypeError(f"{op}: numpy has no common dtype for inputs of {what} ({type(e).__name__}); "
+                        "convert them with .astype() first") from None
+
+
+def kernel_dtype(result: np.dtype, have: tuple[dt.DType, ...], op: str) -> dt.DType:
+    """The dtype of the kernel that runs: the result dtype if the op has it, else, as numpy picks a
+    ufunc loop, the smallest of the op's dtypes the result casts to safely (sigmoid of int32
+    runs in float64)."""
+    try:
+        info = dt.lookup(result)
+    except (KeyError, TypeError):
+        info = None
+    if info is not None and info in have:
+        return info
+    fits = [d for d in have if np.can_cast(result, d.np, "safe")]
+    if not fits:
+        raise TypeError(f"{op} has no kernel for {result} inputs (its dtypes: {', '.join(d.name for d in have)}); "
+                        "convert the inputs with .astype() first")
+    return min(fits, key=lambda d: (d.itemsize, have.index(d)))
+
+
+def scalar_value(o: Operand, info: dt.DType, op: str):
+    """A scalar operand as a numpy scalar of the kernel dtype; refuses what numpy refuses (a Python
+    int out of the dtype's range) and what cannot be exact in kind (2.5 for an int kernel)."""
+    v = o.value
+    if isinstance(v, complex) or (isinstance(v, np.generic) and np.iscomplexobj(v)):
+        raise TypeError(f"{op}: input {o.name!r} is complex; pyew has no complex dtypes")
+    if info.kind == "int":
+        if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+            raise TypeError(f"{op}: input {o.name!r} is {v!r}, not an integer, but the op runs in {info.name}")
+        iv = int(v)
+        lim = np.iinfo(info.np)
+        if not lim.min <= iv <= lim.max:
+            raise OverflowError(f"{op}: input {o.name!r} = {iv} is out of bounds for {info.name} "
+                                f"[{lim.min}, {lim.max}]")
+        return info.np.type(iv)
+    with np.errstate(over="ignore"):
+        return np.asarray(v).astype(info.np)[()]
+
+
+def scalar_bits(value, info: dt.DType) -> int:
+    return int(np.asarray(value, info.np).reshape(1).view(f"u{info.itemsize}")[0])
+
+
+# ---- shapes -----------------------------------------------------------------------------------------
+
+def broadcast_shape(operands: list[Operand], op: str) -> tuple[int, ...]:
+    shapes = [o.shape for o in operands if o.kind != SCALAR]
+    if not shapes:
+        return ()
+    if all(s == shapes[0] for s in shapes):
+        return shapes[0]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        desc = ", ".join(f"{o.name!r} {o.shape}" for o in operands if o.kind != SCALAR)
+        raise ValueError(f"{op}: input shapes do not broadcast together: {desc} (numpy's broadcasting "
+                         "rules: dims are compared from the right and must be equal or 1)") from None
+
+
+def aligned_shape(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    step = 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+def broadcast_strides(op_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                      strides: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Element strides of an operand over out_shape: its own (C-contiguous unless given) where it
+    has the dim, 0 where it is broadcast."""
+    shp = aligned_shape(op_shape, len(out_shape))
+    own = contiguous_strides(op_shape) if strides is None else tuple(strides)
+    own = (0,) * (len(out_shape) - len(own)) + own
+    return tuple(0 if (n == 1 and m != 1) else s for n, m, s in zip(shp, out_shape, own))
+
+
+def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]):
+    """Drop size-1 dims and merge neighbours that every operand walks contiguously (as PyTorch's
+    TensorIterator does), so a row bias is 2 dims and a channel bias 3 whatever the rank. The
+    output (C-contiguous over `shape`) takes part implicitly. Returns (shape, strides)."""
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    if not keep:
+        return (1,), [(0,) for _ in strides]
+    shp = [shape[i] for i in keep]
+    sts = [[s[i] for i in keep] for s in strides]
+    out_st = list(contiguous_strides(tuple(shp)))
+    i = len(shp) - 1
+    while i > 0:
+        # dims i-1 and i merge when stepping dim i-1 is the same as stepping dim i shp[i] times,
+        # for the output and every input
+        if all(st[i - 1] == st[i] * shp[i] for st in sts + [out_st]):
+            shp[i - 1] *= shp[i]
+            for st in sts + [out_st]:
+                st[i - 1] = st[i]
+                del st[i]
+            del shp[i]
+        i -= 1
+    return tuple(shp), [tuple(s) for s in sts]
+
+
+def size_of(shape) -> int:
+    return math.prod(shape)
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (numbers.Number, np.generic))

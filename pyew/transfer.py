@@ -1,0 +1,696 @@
+"""Host <-> device: the only place where numpy memory becomes device memory and back.
+
+Pageable numpy memory crosses PCIe at a fraction of the pinned rate, and registering a caller's
+buffer in place costs more than copying it (benchmarks/RESULTS.md has the measurements), so large
+arrays stream through a ring of pinned staging slots, one per worker thread:
+
+    worker w, for each chunk it takes:  host copy in -> slot w -> H2D  -> kernel -> D2H -> slot w
+                                        -> host copy out                 (all on lane stream w)
+
+Workers run at once, so one worker's host copies overlap other workers' transfers and kernels,
+and copies in both directions keep both DMA engines busy. np.copyto and the CUDA calls release
+the GIL. Device scratch for the chunks comes from the stream-ordered pool and is returned at the
+end of every call, so the device memory a streamed call uses is bounded (`device_bytes`) whatever
+the array's size, and arrays larger than the GPU's memory work.
+
+Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream.
+
+Limits (pyew.set_transfer_limits): `pinned_bytes` is all the pinned memory the engine holds (the
+ring plus the small buffer); it is allocated on first use, kept for later calls, and freed at
+exit or when the limits change. `device_bytes` caps the device scratch of one streamed call.
+`threads` is the number of workers. One streamed call runs at a time; a second thread's call
+waits for it.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import runtime as rt
+from .errors import PyewError
+
+_MiB = 1 << 20
+_ALIGN = 256                    # chunk offsets and slot regions stay 256-byte aligned
+
+
+@dataclass(frozen=True)
+class Limits:
+    pinned_bytes: int = 128 * _MiB
+    device_bytes: int = 1024 * _MiB
+    threads: int = max(1, min(16, os.cpu_count() or 1))
+    # Below this many bytes (all operands of a call together), one shot in the calling thread.
+    small_bytes: int = 1 * _MiB
+    # "stage": copy through the pinned ring; "register": page-lock the caller's arrays in place and
+    # DMA straight from and to them (kept for the comparison in the benchmark).
+    mode: str = "stage"
+
+
+_limits = Limits()
+_MIN_SMALL_PINNED = 64 * 1024
+
+
+def transfer_limits() -> dict:
+    """The transfer engine's settings: pinned_bytes, device_bytes, threads, small_bytes, mode."""
+    return dict(_limits.__dict__)
+
+
+def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | None = None,
+                        threads: int | None = None, small_bytes: int | None = None,
+                        mode: str | None = None) -> dict:
+    """Change the transfer engine's limits (None keeps a setting); returns the previous settings.
+
+    pinned_bytes: page-locked host memory the engine may hold (ring + small buffer), at least 1 MiB.
+    device_bytes: device scratch one streamed call may use, at least 64 KiB; numpy arrays of any
+        size stream through it.
+    threads: worker threads for host copies and transfers (1..256).
+    small_bytes: calls moving fewer bytes than this go in one shot, without workers.
+    mode: "stage" (copy through the pinned ring) or "register" (page-lock the caller's arrays).
+    The engine's pinned memory is freed now and allocated again on next use."""
+    global _limits
+    old = transfer_limits()
+    new = {}
+    for name, value, lo in (("pinned_bytes", pinned_bytes, _MiB), ("device_bytes", device_bytes, 64 * 1024),
+                            ("threads", threads, 1), ("small_bytes", small_bytes, 0)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"set_transfer_limits: {name} must be an int, not {type(value).__name__}")
+        if value < lo or (name == "threads" and value > 256):
+            raise ValueError(f"set_transfer_limits: {name} = {value} is out of range "
+                             f"(at least {lo}{', at most 256' if name == 'threads' else ''})")
+        new[name] = int(value)
+    if mode is not None:
+        if mode not in ("stage", "register"):
+            raise ValueError(f"set_transfer_limits: mode must be 'stage' or 'register', not {mode!r}")
+        new["mode"] = mode
+    with _engine_lock, _small_lock:
+        _release_locked()
+        _limits = replace(_limits, **new)
+    return old
+
+
+# ---- pinned memory ---------------------------------------------------------------------------
+
+class Pinned:
+    """One page-locked host block, seen as bytes."""
+    __slots__ = ("ptr", "nbytes", "view")
+
+    def __init__(self, nbytes: int):
+        self.ptr = 0
+        self.ptr = rt.host_alloc(nbytes)
+        self.nbytes = nbytes
+        self.view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.ptr))
+
+    def array(self, offset: int, dtype: np.dtype, shape) -> np.ndarray:
+        n = math.prod(shape)
+        return self.view[offset:offset + n * dtype.itemsize].view(dtype).reshape(shape)
+
+    def free(self) -> None:
+        if self.ptr:
+            self.view = None
+            rt.host_free(self.ptr)
+            self.ptr = 0
+
+
+class _Lane:
+    """A worker's stream, event and pinned slot."""
+    __slots__ = ("stream", "event", "slot")
+
+    def __init__(self, slot_bytes: int):
+        self.stream = rt.new_stream()
+        self.event = rt.Event()
+        self.slot = Pinned(slot_bytes)
+
+    def close(self) -> None:
+        rt.stream_synchronize(self.stream)
+        self.slot.free()
+        rt.destroy_stream(self.stream)
+
+
+_engine_lock = threading.Lock()
+_small_lock = threading.Lock()
+_lanes: list[_Lane] = []
+_pool: ThreadPoolExecutor | None = None
+_small: Pinned | None = None
+
+
+_small_pending: rt.Event | None = None     # the last copy out of the small buffer
+
+
+def _small_buffer() -> Pinned:
+    """The small pinned buffer, once a copy still reading it (an upload's) is done. Call with
+    _small_lock held."""
+    global _small, _small_pending
+    if _small is None:
+        _small = Pinned(max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4)))
+    if _small_pending is not None:
+        _small_pending.synchronize()
+        _small_pending = None
+    return _small
+
+
+def _ring_slot_bytes() -> int:
+    small = max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4))
+    per = (_limits.pinned_bytes - small) // _limits.threads
+    return max(_ALIGN * 64, per // _ALIGN * _ALIGN)
+
+
+def _ensure_lanes(k: int) -> list[_Lane]:
+    global _pool
+    slot = _ring_slot_bytes()
+    while len(_lanes) < k:
+        _lanes.append(_Lane(slot))
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_limits.threads, thread_name_prefix="pyew-transfer")
+    return _lanes[:k]
+
+
+def _release_locked() -> None:
+    global _pool, _small, _small_pending
+    for lane in _lanes:
+        try:
+            lane.close()
+        except Exception:
+            pass
+    _lanes.clear()
+    if _small is not None:
+        if _small_pending is not None:
+            _small_pending.synchronize()
+        _small.free()
+        _small = None
+        _small_pending = None
+    if _pool is not None:
+        _pool.shutdown(wait=True)
+        _pool = None
+
+
+def release() -> None:
+    """Free the engine's pinned memory and worker threads now (they come back on next use)."""
+    with _engine_lock, _small_lock:
+        _release_locked()
+
+
+def pinned_bytes_held() -> int:
+    """Page-locked bytes the engine holds right now."""
+    return sum(lane.slot.nbytes for lane in _lanes) + (_small.nbytes if _small is not None else 0)
+
+
+@atexit.register
+def _free_at_exit() -> None:
+    try:
+        release()
+    except Exception:
+        pass
+
+
+# ---- chunking ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HostOperand:
+    """One host array of a streamed call, with the shape it has in the call's iteration space
+    (its own dims, 1 where it is broadcast; same rank as the output)."""
+    array: np.ndarray
+    shape: tuple[int, ...]
+
+
+def chunks(shape: tuple[int, ...], max_elems: int):
+    """Split the iteration space `shape` into blocks of at most max_elems elements (at least one
+    row of the innermost dim it splits), in C order. Each block is a tuple of slices, one per dim."""
+    if not shape:
+        yield ()
+        return
+    nd = len(shape)
+    inner = 1
+    s = nd - 1
+    while s > 0 and inner * shape[s] <= max_elems:
+        inner *= shape[s]
+        s -= 1
+    # dims > s are whole; dim s is cut into ranges of `step`; dims < s are taken one index at a time
+    if inner * shape[s] <= max_elems:
+        step = shape[s]
+    else:
+        step = max(1, max_elems // inner)
+    for outer in np.ndindex(*shape[:s]):
+        for a in range(0, shape[s], step):
+            b = min(a + step, shape[s])
+            yield tuple(slice(i, i + 1) for i in outer) + (slice(a, b),) + (slice(None),) * (nd - s - 1)
+
+
+def block_of(op_shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[slice, ...]:
+    """The part of an operand of shape op_shape (1 on its broadcast dims) that a block reads."""
+    return tuple(slice(0, 1) if n == 1 else sl for n, sl in zip(op_shape, block))
+
+
+def block_shape(shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[int, ...]:
+    return tuple(len(range(*sl.indices(n))) for n, sl in zip(shape, block))
+
+
+def _round(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+# ---- one-way copies ------------------------------------------------------------------------------
+
+def to_device(host: np.ndarray, dptr: int, stream) -> None:
+    """Queue a copy of host (any layout) into the C-ordered device buffer at dptr; work queued later
+    on `stream` sees the data. Returns once `host` may change again."""
+    nbytes = host.nbytes
+    if nbytes == 0:
+        return
+    if nbytes <= _limits.small_bytes:
+        with _small_lock:
+            buf = _small_buffer()
+            if nbytes <= buf.nbytes:
+                np.copyto(buf.array(0, host.dtype, host.shape), host)
+                rt.copy_htod(dptr, buf.ptr, nbytes, stream.cu)
+                _small_read_by(stream)
+                return
+    flat = host.reshape(-1) if host.flags.c_contiguous else None
+    with _engine_lock:
+        if _limits.mode == "register" and flat is not None:
+            _registered(host, lambda: rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu), stream)
+            return
+        per = max(1, _ring_slot_bytes() // host.dtype.itemsize)
+
+        def work(lane: _Lane, block):
+            part = host[block] if flat is None else flat[block[0]]
+            off = _block_offset(host.shape, block) if flat is None else block[0].start
+            n = part.size
+            np.copyto(lane.slot.array(0, host.dtype, part.shape), part)
+            rt.copy_htod(dptr + off * host.dtype.itemsize, lane.slot.ptr, n * host.dtype.itemsize, lane.stream)
+            lane.event.record(lane.stream)
+            lane.event.synchronize()           # the slot is refilled by this worker's next block
+
+        shape = (host.size,) if flat is not None else host.shape
+        _run_workers(list(chunks(shape, per)), work, stream, join=True)
+
+
+def _small_read_by(stream) -> None:
+    """Note that a copy queued on `stream` reads the small buffer: its next user waits for it."""
+    global _small_pending, _small_event
+    if _small_event is None:
+        _small_event = rt.Event()
+    _small_event.record(stream.cu)
+    _small_pending = _small_event
+
+
+_small_event: rt.Event | None = None
+
+
+def to_host(dptr: int, host: np.ndarray, stream) -> None:
+    """Copy the C-ordered device buffer at dptr into host (C-contiguous or not), after the work
+    queued on `stream` so far; returns when host holds the data."""
+    nbytes = host.nbytes
+    if nbytes == 0:
+        return
+    if nbytes <= _limits.small_bytes:
+        with _small_lock:
+            buf = _small_buffer()
+            if nbytes <= buf.nbytes:
+                rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
+                rt.stream_synchronize(stream.cu)
+                np.copyto(host, buf.array(0, host.dtype, host.shape))
+                return
+    flat = host.reshape(-1) if host.flags.c_contiguous else None
+    with _engine_lock:
+        if _limits.mode == "register" and flat is not None:
+            _registered(host, lambda: rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu), stream)
+            return
+        per = max(1, _ring_slot_bytes() // host.dtype.itemsize)
+
+        def work(lane: _Lane, block):
+            part = host[block] if flat is None else flat[block[0]]
+            off = _block_offset(host.shape, block) if flat is None else block[0].start
+            rt.copy_dtoh(lane.slot.ptr, dptr + off * host.dtype.itemsize, part.nbytes, lane.stream)
+            lane.event.record(lane.stream)
+            lane.event.synchronize()
+            np.copyto(part, lane.slot.array(0, host.dtype, part.shape))
+
+        shape = (host.size,) if flat is not None else host.shape
+        _run_workers(list(chunks(shape, per)), work, stream, join=False)
+
+
+def _block_offset(shape, block) -> int:
+    """Element offset of a block's first element in a C-ordered array of `shape` (blocks from
+    chunks() are contiguous runs in C order)."""
+    off = 0
+    for n, sl in zip(shape, block):
+        off = off * n + (sl.start or 0)
+    return off
+
+
+def _registered(host: np.ndarray, copy: Callable[[], None], stream) -> None:
+    rt.host_register(host.ctypes.data, host.nbytes)
+    try:
+        copy()
+    finally:
+        rt.stream_synchronize(stream.cu)
+        rt.host_unregister(host.ctypes.data)
+
+
+# ---- the workers -------------------------------------------------------------------------------
+
+class _Cancel:
+    flag = False
+
+
+def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
+    """Run work(lane, block) for every block on the workers; each worker takes the next block when
+    it finishes one. The lanes start after the work queued on `stream`; with join, `stream` then
+    waits for the lanes. Any error (a worker's, or KeyboardInterrupt in the caller) stops the
+    workers after their current block, drains their streams, and is raised here."""
+    k = min(len(blocks), _limits.threads)
+    lanes = _ensure_lanes(k)
+    start = rt.Event()
+    start.record(stream.cu)
+    for lane in lanes:
+        rt.wait_event(lane.stream, start)
+    it = iter(blocks)
+    take = threading.Lock()
+    cancel = _Cancel()
+
+    def loop(lane: _Lane):
+        while not cancel.flag:
+            with take:
+                block = next(it, None)
+            if block is None:
+                return
+            try:
+                work(lane, block)
+            except BaseException:
+                cancel.flag = True
+                raise
+
+    futures = [_pool.submit(loop, lane) for lane in lanes]
+    _join(futures, lanes, cancel)
+    if join:
+        for lane in lanes:
+            lane.event.record(lane.stream)
+            rt.wait_event(stream.cu, lane.event)
+
+
+def _join(futures, lanes, cancel) -> None:
+    """Wait for the workers. The wait wakes up often, so a KeyboardInterrupt reaches this thread
+    promptly; it (or a worker's error) stops the others after their current block."""
+    err: BaseException | None = None
+    pending = list(futures)
+    while pending:
+        try:
+            pending[0].result(timeout=0.05)
+            pending.pop(0)
+        except FutureTimeout:
+            continue
+        except BaseException as e:    # KeyboardInterrupt in this thread, or a worker's error
+            cancel.flag = True
+            if err is None:
+                err = e
+            if pending[0].done():
+                pending.pop(0)
+    if err is not None:
+        for lane in lanes:
+            try:
+                rt.stream_synchronize(lane.stream)
+            except Exception:
+                pass
+        raise err
+
+
+# ---- the streamed elementwise call -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceChunk:
+    """What a streamed call's kernel step gets for one block: device pointers of each host input's
+    block (C-ordered, block_shape of its operand shape), of the output block, the block's shapes,
+    and the lane's stream."""
+    inputs: tuple[int, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    out: tuple[int, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    stream: object
+
+
+class _LaneStream:
+    """A lane's stream as the call layer's kernels expect a stream (cu handle + int handle)."""
+    __slots__ = ("cu", "handle")
+
+    def __init__(self, cu):
+        self.cu = cu
+        self.handle = int(cu)
+
+
+def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], shape: tuple[int, ...],
+                kernel: Callable[[DeviceChunk], None], stream, *, out_scale: Sequence[int] = (),
+                in_scale: Sequence[int] = (), align: int = 1, scratch_per_elem: int = 0) -> None:
+    """Run an elementwise call whose operands live in host memory, block by block.
+
+    inputs: host operands over the iteration space `shape` (broadcast dims have extent 1).
+    outputs: host arrays to write, of `shape` (or, with out_scale[i] = k > 1, a 1-D array of one
+        element per k elements of the flattened space: relu_mask's bitmask words).
+    in_scale: likewise for inputs (a 1-D mask input, one word per 32 elements).
+    align: blocks of the flattened space start at multiples of this (32 for bitmasks).
+    scratch_per_elem: device bytes per element that kernel(chunk) allocates for itself on
+        chunk.stream (casts of promoted inputs); counted against device_bytes.
+    kernel(chunk) queues the device work for one block on chunk.stream.
+    """
+    n = math.prod(shape)
+    if n == 0:
+        return
+    out_scale = tuple(out_scale) or (1,) * len(outputs)
+    in_scale = tuple(in_scale) or (1,) * len(inputs)
+    scaled = any(s != 1 for s in out_scale + in_scale)
+    if scaled:      # bitmask calls run on flat ranges: their inputs must be one C-ordered run
+        inputs = [HostOperand(np.ascontiguousarray(op.array), op.shape) for op in inputs]
+        if not all(o.flags.c_contiguous for o in outputs):
+            raise ValueError("the outputs of a bitmask op must be C-contiguous")
+    # flat: every operand is one C-ordered run over the whole space, so blocks are ranges of it;
+    # otherwise blocks are n-d sub-blocks (strided numpy views, broadcast operands)
+    flat = scaled or (all(op.shape == shape and op.array.flags.c_contiguous for op in inputs)
+                      and all(o.flags.c_contiguous for o in outputs))
+    space = (n,) if flat else shape
+    # every operand is counted at full rate, so a broadcast operand's block always fits too
+    per_elem = sum(op.array.dtype.itemsize / s for op, s in zip(inputs, in_scale))
+    per_elem += sum(o.dtype.itemsize / s for o, s in zip(outputs, out_scale))
+    small_total = sum(op.array.nbytes for op in inputs) + sum(o.nbytes for o in outputs)
+
+    if small_total <= _limits.small_bytes:
+        with _small_lock:
+            buf = _small_buffer()
+            if _stream_small(inputs, outputs, shape, kernel, stream, buf, out_scale, in_scale, flat,
+                             scratch_per_elem):
+                return
+    with _engine_lock:
+        if _limits.mode == "register" and flat and all(a.array.flags.c_contiguous for a in inputs) \
+                and all(o.flags.c_contiguous for o in outputs):
+            _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
+                               scratch_per_elem)
+            return
+        slot = _ring_slot_bytes()
+        per_host = int((slot - _ALIGN * (len(inputs) + len(outputs) + 1)) / max(per_elem, 1e-9))
+        per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
+        per = max(align, min(per_host, per_dev) // align * align)
+        blocks = list(chunks(space, per))
+        k = min(len(blocks), _limits.threads)
+        dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
+                                           scratch_per_elem)
+        scratch = {}
+        lanes = _ensure_lanes(k)
+        try:
+            for lane in lanes:
+                scratch[id(lane)] = rt.malloc(dev_bytes, _LaneStream(lane.stream)) if dev_bytes else 0
+
+            def work(lane: _Lane, block):
+                _stream_block(lane, block, scratch[id(lane)], inputs, outputs, shape, space, flat, kernel,
+                              out_scale, in_scale)
+
+            _run_workers(blocks, work, stream, join=False)
+        finally:
+            for lane in lanes:
+                ptr = scratch.get(id(lane))
+                if ptr:
+                    rt.free(ptr, _LaneStream(lane.stream))
+
+
+def _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale):
+    """The host views a block reads and writes: per input (view, shape), per output (view, shape)."""
+    ins, outs = [], []
+    if flat:
+        sl = block[0]
+        for op, s in zip(inputs, in_scale):
+            a = op.array.reshape(-1) if op.array.flags.c_contiguous else op.array
+            ins.append(a[sl.start // s: -(-sl.stop // s)] if s != 1 else a[sl])
+        for o, s in zip(outputs, out_scale):
+            f = o.reshape(-1)
+            outs.append(f[sl.start // s: -(-sl.stop // s)] if s != 1 else f[sl])
+    else:
+        for op in inputs:
+            ins.append(op.array.reshape(op.shape)[block_of(op.shape, block)])
+        for o in outputs:
+            outs.append(o[block])
+    return ins, outs
+
+
+def _per_device(per_elem: float, operands: int) -> int:
+    """Elements per block so that one lane's device scratch (every operand's block, each rounded
+    up to _ALIGN) stays within its share of device_bytes."""
+    share = _limits.device_bytes // _limits.threads - _ALIGN * (operands + 1)
+    return max(1, int(share / max(per_elem, 1e-9)))
+
+
+def _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale, scratch_per_elem):
+    total = 0
+    n = math.prod(shape)
+    for op, s in zip(inputs, in_scale):
+        elems = per if (flat or math.prod(op.shape) == n) else min(math.prod(op.shape), per)
+        total += _round(-(-elems // s) * op.array.dtype.itemsize)
+    for o, s in zip(outputs, out_scale):
+        total += _round(-(-per // s) * o.dtype.itemsize)
+    return total
+
+
+def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kernel, out_scale, in_scale):
+    ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
+    s = lane.stream
+    # host copy in: every input block into the slot, then one H2D per input
+    off = 0
+    dptrs, dshapes = [], []
+    doff = 0
+    for v in ins:
+        staged = lane.slot.array(off, v.dtype, v.shape)
+        np.copyto(staged, v)
+        rt.copy_htod(dbase + doff, lane.slot.ptr + off, v.nbytes, s)
+        dptrs.append(dbase + doff)
+        dshapes.append(tuple(v.shape))
+        off += _round(v.nbytes)
+        doff += _round(v.nbytes)
+    optrs, oshapes = [], []
+    out_offs = []
+    for v in outs:
+        optrs.append(dbase + doff)
+        oshapes.append(tuple(v.shape))
+        out_offs.append((off, doff))
+        off += _round(v.nbytes)
+        doff += _round(v.nbytes)
+    kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), _LaneStream(s)))
+    for v, (ho, do) in zip(outs, out_offs):
+        rt.copy_dtoh(lane.slot.ptr + ho, dbase + do, v.nbytes, s)
+    lane.event.record(s)
+    lane.event.synchronize()
+    for v, (ho, _) in zip(outs, out_offs):
+        np.copyto(v, lane.slot.array(ho, v.dtype, v.shape))
+
+
+def _stream_small(inputs, outputs, shape, kernel, stream, buf: Pinned, out_scale, in_scale, flat,
+                  scratch_per_elem) -> bool:
+    """One shot through the small pinned buffer on the caller's stream; False if it does not fit."""
+    n = math.prod(shape)
+    space = (n,) if flat else shape
+    block = tuple(slice(0, d) for d in space)
+    ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
+    need = sum(_round(v.nbytes) for v in ins) + sum(_round(v.nbytes) for v in outs)
+    if need > buf.nbytes:
+        return False
+    dev_bytes = need
+    dbase = rt.malloc(dev_bytes, stream)
+    try:
+        off = 0
+        dptrs, dshapes = [], []
+        for v in ins:
+            np.copyto(buf.array(off, v.dtype, v.shape), v)
+            dptrs.append(dbase + off)
+            dshapes.append(tuple(v.shape))
+            off += _round(v.nbytes)
+        if off:
+            rt.copy_htod(dbase, buf.ptr, off, stream.cu)
+        optrs, oshapes, offs = [], [], []
+        for v in outs:
+            optrs.append(dbase + off)
+            oshapes.append(tuple(v.shape))
+            offs.append(off)
+            off += _round(v.nbytes)
+        kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), stream))
+        first = offs[0] if offs else off
+        if off > first:
+            rt.copy_dtoh(buf.ptr + first, dbase + first, off - first, stream.cu)
+        rt.stream_synchronize(stream.cu)
+        for v, o in zip(outs, offs):
+            np.copyto(v, buf.array(o, v.dtype, v.shape))
+    finally:
+        rt.free(dbase, stream, dev_bytes)
+    return True
+
+
+def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
+                       scratch_per_elem) -> None:
+    """The register mode: page-lock every host array in place, then DMA blocks straight between
+    them and device scratch (no staging copies); unlock at the end."""
+    arrays = [op.array for op in inputs] + list(outputs)
+    done = []
+    try:
+        for a in arrays:
+            if a.nbytes and not any(a is b for b in done):
+                rt.host_register(a.ctypes.data, a.nbytes)
+                done.append(a)
+        per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
+        per = max(align, per_dev // align * align)
+        blocks = list(chunks((n,), per))
+        k = min(len(blocks), _limits.threads)
+        lanes = _ensure_lanes(k)
+        dev_bytes = _device_bytes_per_lane(inputs, outputs, (n,), (n,), per, True, out_scale, in_scale,
+                                           scratch_per_elem)
+        scratch = {}
+        try:
+            for lane in lanes:
+                scratch[id(lane)] = rt.malloc(dev_bytes, _LaneStream(lane.stream))
+
+            def work(lane, block):
+                sl = block[0]
+                s = lane.stream
+                dbase = scratch[id(lane)]
+                doff = 0
+                dptrs, dshapes = [], []
+                for op, sc in zip(inputs, in_scale):
+                    f = op.array.reshape(-1)
+                    v = f[sl.start // sc: -(-sl.stop // sc)] if sc != 1 else f[sl]
+                    rt.copy_htod(dbase + doff, v.ctypes.data, v.nbytes, s)
+                    dptrs.append(dbase + doff)
+                    dshapes.append(tuple(v.shape))
+                    doff += _round(v.nbytes)
+                optrs, oshapes, views = [], [], []
+                for o, sc in zip(outputs, out_scale):
+                    f = o.reshape(-1)
+                    v = f[sl.start // sc: -(-sl.stop // sc)] if sc != 1 else f[sl]
+                    optrs.append(dbase + doff)
+                    oshapes.append(tuple(v.shape))
+                    views.append((v, dbase + doff))
+                    doff += _round(v.nbytes)
+                kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), _LaneStream(s)))
+                for v, dp in views:
+                    rt.copy_dtoh(v.ctypes.data, dp, v.nbytes, s)
+                lane.event.record(s)
+                lane.event.synchronize()
+
+            _run_workers(blocks, work, stream, join=False)
+        finally:
+            for lane in lanes:
+                ptr = scratch.get(id(lane))
+                if ptr:
+                    rt.free(ptr, _LaneStream(lane.stream))
+    finally:
+        for a in done:
+            try:
+                rt.host_unregister(a.ctypes.data)
+            except Exception:
+                pass
+
+
+class TransferError(PyewError):
+    """A host array cannot take part in a transfer (reserved for layout problems)."""

@@ -1,0 +1,232 @@
+"""The transfer engine's chunking, threading and error handling, on the CPU with a stand-in for
+the CUDA runtime (tests/fake_cuda.py): copies are memmoves and "kernels" are numpy."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pyew import transfer
+
+from .fake_cuda import device_view, install
+
+
+class _S:
+    cu = 0
+    handle = 0
+
+
+S = _S()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = install(monkeypatch)
+    old = transfer.transfer_limits()
+    yield f
+    transfer.release()
+    transfer.set_transfer_limits(**{k: v for k, v in old.items()})
+    transfer.release()
+
+
+def small_limits(threads=3):
+    transfer.set_transfer_limits(pinned_bytes=1 << 20, device_bytes=64 * 1024, threads=threads,
+                                 small_bytes=4096)
+
+
+@pytest.mark.parametrize("n", [0, 1, 100, 1000, 50_000, 200_003])
+@pytest.mark.parametrize("threads", [1, 4])
+def test_upload_download_round_trip(fake, n, threads):
+    small_limits(threads)
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(np.float32)
+    d = fake.malloc(a.nbytes, S)
+    transfer.to_device(a, d, S)
+    if n:
+        assert np.array_equal(device_view(d, np.float32, (n,)), a)
+    back = np.full(n, np.nan, np.float32)
+    transfer.to_host(d, back, S)
+    assert np.array_equal(back, a)
+
+
+def test_non_contiguous_host_arrays(fake):
+    small_limits()
+    base = np.arange(300 * 400, dtype=np.float64).reshape(300, 400)
+    a = base[::2, 1::3]                                   # strided view
+    d = fake.malloc(a.nbytes, S)
+    transfer.to_device(a, d, S)
+    assert np.array_equal(device_view(d, np.float64, a.shape), a)
+    out = np.zeros((400, 300), np.float64).T[: a.shape[0], : a.shape[1]]   # a non-contiguous target
+    transfer.to_host(d, out, S)
+    assert np.array_equal(out, a)
+
+
+def _add_kernel(chunk):
+    x = device_view(chunk.inputs[0], np.float32, chunk.input_shapes[0])
+    y = device_view(chunk.inputs[1], np.float32, chunk.input_shapes[1])
+    o = device_view(chunk.out[0], np.float32, chunk.out_shapes[0])
+    o[...] = x + y
+
+
+@pytest.mark.parametrize("xs,ys", [((100_000,), (100_000,)), ((300, 257), (257,)), ((64, 33, 50), (33, 1)),
+                                   ((7, 1, 5), (1, 6, 1)), ((3,), ())])
+def test_stream_call_broadcasts_in_blocks(fake, xs, ys):
+    small_limits()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(xs).astype(np.float32)
+    y = rng.standard_normal(ys).astype(np.float32)
+    shape = np.broadcast_shapes(xs, ys)
+    out = np.full(shape, np.nan, np.float32)
+    nd = len(shape)
+    ops = [transfer.HostOperand(x, (1,) * (nd - x.ndim) + x.shape), transfer.HostOperand(y, (1,) * (nd - y.ndim) + y.shape)]
+    transfer.stream_call(ops, [out], shape, _add_kernel, S)
+    assert np.array_equal(out, x + y)
+    assert fake.device_bytes() == 0, "device scratch is returned after the call"
+
+
+def test_blocks_respect_the_device_budget(fake):
+    transfer.set_transfer_limits(pinned_bytes=1 << 20, device_bytes=64 * 1024, threads=2, small_bytes=0)
+    n = 4 * 64 * 1024 // 4 * 3                            # the operands are 12x the device budget
+    x = np.arange(n, dtype=np.float32)
+    seen = []
+
+    def kernel(chunk):
+        seen.append(fake.device_bytes())
+        _add_kernel(chunk)
+
+    out = np.empty(n, np.float32)
+    transfer.stream_call([transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))], [out], (n,), kernel, S)
+    assert np.array_equal(out, 2 * x)
+    assert max(seen) <= 64 * 1024
+    assert len(seen) > 8
+
+
+def test_bitmask_outputs_and_inputs_scale(fake):
+    small_limits()
+    n = 10_000 * 32 + 7
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    y = np.empty(n, np.float32)
+    words = np.zeros(-(-n // 32), np.uint32)
+
+    def kernel(chunk):
+        xv = device_view(chunk.inputs[0], np.float32, chunk.input_shapes[0])
+        device_view(chunk.out[0], np.float32, chunk.out_shapes[0])[...] = np.maximum(xv, 0)
+        bits = np.zeros(math.ceil(xv.size / 32) * 32, bool)
+        bits[: xv.size] = xv > 0
+        w = np.packbits(bits.reshape(-1, 32)[:, ::-1], axis=1, bitorder="big").view(">u4").reshape(-1)
+        device_view(chunk.out[1], np.uint32, chunk.out_shapes[1])[...] = w.astype(np.uint32)
+
+    transfer.stream_call([transfer.HostOperand(x, (n,))], [y, words], (n,), kernel, S, out_scale=(1, 32), align=32)
+    assert np.array_equal(y, np.maximum(x, 0))
+    bits = np.zeros(len(words) * 32, bool)
+    bits[:n] = x > 0
+    ref = np.packbits(bits.reshape(-1, 32)[:, ::-1], axis=1, bitorder="big").view(">u4").reshape(-1)
+    assert np.array_equal(words, ref.astype(np.uint32))
+
+
+def test_error_mid_stream_leaves_inputs_and_frees_scratch(fake):
+    small_limits(threads=4)
+    n = 200_000
+    x = np.arange(n, dtype=np.float32)
+    keep = x.copy()
+    out = np.zeros(n, np.float32)
+    fake.fail_after_copies = 10
+    with pytest.raises(Exception, match="cudaErrorFake"):
+        transfer.stream_call([transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))], [out], (n,),
+                             _add_kernel, S)
+    assert np.array_equal(x, keep)
+    assert fake.device_bytes() == 0
+    fake.fail_after_copies = None
+    transfer.stream_call([transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))], [out], (n,), _add_kernel, S)
+    assert np.array_equal(out, 2 * x), "the engine works again after an error"
+
+
+def test_keyboard_interrupt_mid_stream(fake):
+    import os
+    import signal
+    small_limits(threads=2)
+    n = 200_000
+    x = np.arange(n, dtype=np.float32)
+    keep = x.copy()
+    out = np.zeros(n, np.float32)
+    ops = [transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))]
+    full = []
+    transfer.stream_call(ops, [out], (n,), lambda c: (full.append(1), _add_kernel(c)), S)
+    calls = []
+
+    def slow(chunk):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.005)
+        _add_kernel(chunk)
+
+    with pytest.raises(KeyboardInterrupt):
+        transfer.stream_call(ops, [out], (n,), slow, S)
+    assert np.array_equal(x, keep)
+    assert fake.device_bytes() == 0
+    assert len(calls) < len(full) / 2, "the workers stopped early"
+    transfer.stream_call(ops, [out], (n,), _add_kernel, S)
+    assert np.array_equal(out, 2 * x)
+
+
+def test_two_threads_at_once(fake):
+    small_limits(threads=3)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(100_000).astype(np.float32) for _ in range(4)]
+    results = [None] * 4
+
+    def run(i):
+        out = np.empty_like(xs[i])
+        transfer.stream_call([transfer.HostOperand(xs[i], xs[i].shape)] * 2, [out], xs[i].shape, _add_kernel, S)
+        results[i] = out
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for x, r in zip(xs, results):
+        assert np.array_equal(r, 2 * x)
+
+
+def test_pinned_memory_is_bounded_and_released(fake):
+    transfer.set_transfer_limits(pinned_bytes=2 << 20, device_bytes=1 << 20, threads=4, small_bytes=4096)
+    x = np.arange(1_000_000, dtype=np.float32)
+    out = np.empty_like(x)
+    transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
+    assert 0 < transfer.pinned_bytes_held() <= 2 << 20
+    assert fake.pinned_bytes() == transfer.pinned_bytes_held()
+    transfer.release()
+    assert transfer.pinned_bytes_held() == 0 and fake.pinned_bytes() == 0
+
+
+def test_register_mode(fake):
+    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
+    x = np.arange(100_000, dtype=np.float32)
+    out = np.empty_like(x)
+    transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
+    assert np.array_equal(out, 2 * x)
+    assert not fake.registered, "every registration is undone"
+
+
+@pytest.mark.parametrize("kw,err", [({"pinned_bytes": 10}, ValueError), ({"threads": 0}, ValueError),
+                                    ({"threads": 1.5}, TypeError), ({"mode": "fast"}, ValueError),
+                                    ({"device_bytes": -1}, ValueError)])
+def test_limits_are_checked(kw, err):
+    before = transfer.transfer_limits()
+    with pytest.raises(err):
+        transfer.set_transfer_limits(**kw)
+    assert transfer.transfer_limits() == before
+
+
+def test_chunks_cover_the_space_once():
+    for shape, per in [((10,), 3), ((4, 5, 6), 7), ((4, 5, 6), 30), ((4, 5, 6), 1000), ((2, 1, 9), 4), ((3, 0, 2), 5)]:
+        seen = np.zeros(shape, int)
+        for block in transfer.chunks(shape, per):
+            seen[block] += 1
+            assert seen[block].size <= max(per, shape[-1] if per < shape[-1] else per)
+        assert (seen == 1).all()
