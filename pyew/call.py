@@ -64,6 +64,10 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
     for o in operands:
         if o.kind == SCALAR:
             scalar_value(o, kd, op.name)         # refuses out-of-range values now, not at launch
+        elif o.info is not kd and cast_entry(o.info, kd) is None:
+            raise TypeError(f"{op.name}: input {o.name!r} is {o.info.name} and the op runs in {kd.name}, but the "
+                            f"library has no cast from {o.info.name} to {kd.name} (op to_{kd.name}); "
+                            "add it to a spec and rebuild, or convert the input first")
     return Prepared(op, operands, op.kernel(kd), shape, any(o.kind == DEVICE for o in operands))
 
 

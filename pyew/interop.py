@@ -94,7 +94,11 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     except (KeyError, TypeError):
         hint = (" (bfloat16 cannot travel through the CUDA Array Interface: pass it through DLPack, "
                 "e.g. the tensor itself from torch, which pyew reads with __dlpack__)" if typestr.endswith("V2") else "")
-        raise TypeError(f"{op}: {name!r} has dtype {typestr!r}, which pyew does not support{hint}") from None
+        try:
+            shown = f"{np.dtype(typestr).name} ({typestr})"
+        except TypeError:
+            shown = typestr
+        raise TypeError(f"{op}: {name!r} has dtype {shown!r}, which pyew does not support{hint}") from None
     _check_contiguous(obj, shape, cai.get("strides"), info.itemsize, op, name)
     producer = cai.get("stream")
     if producer is not None and producer != _stream_arg(stream):

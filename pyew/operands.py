@@ -45,13 +45,13 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
         d = interop.import_device(a, stream, op, name)
         if d is not None:
             return Operand(name, DEVICE, d, d._info, d.shape)
+        given = type(a).__name__
         try:
             a = np.asarray(a)
         except Exception:
-            raise TypeError(f"{op}: input {name!r} is a {type(a).__name__}, not an array or number") from None
-        if a.dtype == object:
-            raise TypeError(f"{op}: input {name!r} is a {type(a).__name__} that numpy reads as objects, "
-                            "not numbers")
+            a = None
+        if a is None or a.dtype == object:
+            raise TypeError(f"{op}: input {name!r} is a {given}, not an array or number")
     if a.ndim == 0 and scalars:
         return Operand(name, SCALAR, a[()], _info(a.dtype, op, name), ())
     return Operand(name, HOST, a, _info(a.dtype, op, name), tuple(a.shape))

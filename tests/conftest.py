@@ -1,29 +1,41 @@
-"""Shared test setup: GPU detection (GPU tests skip with the reason where there is none) and
-helpers to build fresh random inputs and compare against float64 references."""
+"""Fixtures and markers of the suite.
+
+Tests marked `gpu` run only where libew.so loads and a CUDA GPU answers; elsewhere they skip with
+the reason. The GPU is probed lazily, by the first gpu test that runs, so a CPU-only run never
+touches the driver. `slow` marks long tests (deselect with -m "not slow").
+"""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
-import pyew
-from pyew import dtypes as dt
-from pyew.errors import LibraryError, NoDeviceError
+_gpu_reason: list = []
 
 
-def _gpu_reason() -> str | None:
-    try:
-        pyew.ops()
-    except LibraryError as e:
-        return f"libew.so not usable: {e}"
-    try:
-        pyew.device_info()
-    except NoDeviceError as e:
-        return f"no GPU: {e}"
-    return None
+def gpu_skip_reason() -> str | None:
+    """Why GPU tests cannot run here (None if they can); probed once."""
+    if not _gpu_reason:
+        import pyew
+        from pyew.errors import LibraryError, NoDeviceError
+        reason = None
+        try:
+            pyew.ops()
+            pyew.device_info()
+        except LibraryError as e:
+            reason = f"libew.so not usable: {e}"
+        except NoDeviceError as e:
+            reason = f"no GPU: {e}"
+        _gpu_reason.append(reason)
+    return _gpu_reason[0]
 
 
-GPU_SKIP_REASON = _gpu_reason()
-needs_gpu = pytest.mark.skipif(GPU_SKIP_REASON is not None, reason=GPU_SKIP_REASON or "")
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None:
+        reason = gpu_skip_reason()
+        if reason is not None:
+            pytest.skip(reason)
 
 
 @pytest.fixture
@@ -34,33 +46,51 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
-def random_array(rng, n, dtype: str, lo=-6.0, hi=6.0) -> np.ndarray:
-    info = dt.BY_NAME[dtype]
-    if info.kind == "int":
-        return rng.integers(-1000, 1000, size=n).astype(info.np)
-    return rng.uniform(lo, hi, size=n).astype(np.float64).astype(info.np)
+@pytest.fixture
+def small_grid(monkeypatch):
+    """Pretend the device has 1 SM of 256 threads: grids shrink to a few blocks, so every
+    grid-stride loop runs many trips on test-sized inputs."""
+    import pyew
+    tiny = dataclasses.replace(pyew.runtime.device(), sms=1, threads_per_sm=256)
+    monkeypatch.setattr(pyew.runtime, "device", lambda: tiny)
+    return tiny
 
 
-def poison(a):
-    """Fill a DeviceArray with NaN (floats) or a sentinel (ints) so unwritten elements show."""
-    import ctypes
-    info = dt.lookup(a.dtype)
-    bits = {2: 0x7E00 if info.name == "float16" else 0x7FC0, 4: 0x7FC00000 if info.kind == "float" else 0x5A5A5A5A,
-            8: 0x7FF8000000000000 if info.kind == "float" else 0x5A5A5A5A5A5A5A5A}[info.itemsize]
-    if a.size:
-        lib = pyew.library.get()
-        d = pyew.runtime.device()
-        lib.check(lib.fill(a.ptr, a.size, info.itemsize, bits, 0, d.sms, d.threads_per_sm), "ew_fill")
-    return a
+@pytest.fixture
+def torch_cuda():
+    """PyTorch with CUDA, or skip."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    return torch
 
 
-def header_compiles_as_c(gen_dir, main_expr: str) -> None:
-    """Assert that the generated build/ew.h in gen_dir compiles as C in a main returning main_expr."""
-    import subprocess
-    from pathlib import Path
-    src = Path(gen_dir) / "use.c"
-    src.write_text(f'#include "ew.h"\nint main(void) {{ return {main_expr}; }}\n')
-    libew = Path(__file__).resolve().parent.parent / "libew"
-    r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(gen_dir), "-I", str(libew), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+@pytest.fixture
+def cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("CuPy sees no GPU")
+    except Exception as e:
+        pytest.skip(f"CuPy cannot use the GPU: {e}")
+    return cp
+
+
+@pytest.fixture
+def jax_gpu():
+    jax = pytest.importorskip("jax")
+    try:
+        if not jax.devices("gpu"):
+            pytest.skip("JAX sees no GPU")
+    except Exception as e:
+        pytest.skip(f"JAX has no GPU backend: {e}")
+    return jax
+
+
+@pytest.fixture
+def transfer_limits():
+    """Restore the transfer engine's limits after a test that changes them."""
+    import pyew
+    old = pyew.transfer_limits()
+    yield pyew.set_transfer_limits
+    pyew.set_transfer_limits(**old)

@@ -101,24 +101,7 @@ def upsample_backward_ref(dy, h: int, w: int, dtype: str) -> np.ndarray:
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-@pytest.fixture
-def small_grid(monkeypatch):
-    """Pretend the device has 1 SM of 256 threads: grids shrink to a few blocks, so every
-    grid-stride loop runs many trips on test-sized inputs."""
-    tiny = dataclasses.replace(pyew.runtime.device(), sms=1, threads_per_sm=256)
-    monkeypatch.setattr(pyew.runtime, "device", lambda: tiny)
-    return tiny
-
-
 def view_at(a: np.ndarray, off: int):
     """A DeviceArray view of `a` that starts `off` rows into its buffer (misaligned for off > 0)."""
     pad = np.concatenate([np.zeros((off,) + a.shape[1:], a.dtype), a]) if off else a
     return pyew.asarray(pad)[off:]
-
-
-def torch_cuda():
-    try:
-        import torch
-    except Exception:
-        return None
-    return torch if torch.cuda.is_available() else None

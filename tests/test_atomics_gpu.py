@@ -10,10 +10,10 @@ import pytest
 import pyew
 from pyew import dtypes as dt
 
-from .conftest import needs_gpu, poison, random_array
-from .special_ref import bits_of, small_grid, view_at  # noqa: F401
+from .helpers import poison, random_array
+from .special_ref import bits_of, view_at
 
-pytestmark = needs_gpu
+pytestmark = pytest.mark.gpu
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
 HALF = ["float16", "bfloat16"]
 EPS = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}

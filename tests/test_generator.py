@@ -13,7 +13,7 @@ pytest.importorskip("mako", reason="mako (the generator's template engine) is no
 from generator.render import generate
 from generator.spec import load
 
-from .conftest import header_compiles_as_c
+from .helpers import header_compiles_as_c
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 

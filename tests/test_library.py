@@ -29,7 +29,7 @@ def test_one_symbol_per_op_dtype():
     out = subprocess.run(["nm", "-D", "--defined-only", str(LIB)], capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
     man = library.get().manifest
-    want = {e["symbol"] for o in man["ops"] for k in o["kernels"] for e in k["entries"]}
+    want = {e.symbol for o in man.ops for k in o.kernels for e in k.entries}
     assert want <= exported
     assert {"ew_abi_version", "ew_manifest", "ew_error_name", "ew_fill"} <= exported
     assert all(s.startswith("ew_") for s in exported), "only ew_ entry points are exported"
@@ -56,7 +56,7 @@ def test_function_signature_and_doc():
 
 @needs_lib
 def test_manifest_matches_build_dir():
-    assert library.get().manifest == json.loads((LIB.parent / "manifest.json").read_text())
+    assert library.get().manifest.raw == json.loads((LIB.parent / "manifest.json").read_text())
 
 
 def test_missing_library_says_make_all(tmp_path):
@@ -85,13 +85,22 @@ def test_stale_library_is_refused(tmp_path):
     spec = tmp_path / "ops.toml"
     spec.write_text("x")
     lib = library.get()
-    saved = lib.manifest
-    try:
-        lib.manifest = dict(saved, spec_files=[{"path": str(spec), "sha256": "0" * 64}])
-        with pytest.raises(LibraryError, match="stale: .*ops.toml changed.*make all"):
-            lib._check_fresh()
-    finally:
-        lib.manifest = saved
+    raw = dict(lib.manifest.raw, spec_files=[{"path": str(spec), "sha256": "0" * 64}])
+    with pytest.raises(LibraryError, match="stale: .*ops.toml changed.*rebuild it: make all"):
+        lib._check_fresh(raw)
+
+
+@needs_lib
+def test_relative_spec_paths_are_taken_from_the_checkout(tmp_path):
+    lib = library.get()
+    assert lib.spec_path("libew/ops.toml") == LIB.parent.parent / "libew" / "ops.toml"
+    assert lib.spec_path(str(tmp_path)) == tmp_path
+
+
+def test_pyew_lib_bare_name_is_resolved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYEW_LIB", "libew.so")
+    assert library.library_path() == tmp_path / "libew.so"
 
 
 @needs_lib
@@ -101,7 +110,7 @@ def test_import_and_ops_work_without_gpu_then_clear_error():
             "except pyew.NoDeviceError as e: print('NODEV', e)\n")
     r = run_py(code, CUDA_VISIBLE_DEVICES="")
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.splitlines()[0]) == len(pyew.opcall.table())   # every function, _backward too
+    assert int(r.stdout.splitlines()[0]) == len(pyew.ops())
     assert "NODEV no usable NVIDIA GPU" in r.stdout
 
 
@@ -114,10 +123,10 @@ def test_errors_checked_before_gpu_use():
     import numpy as np
     if not LIB.exists():
         pytest.skip("library not built")
-    with pytest.raises(TypeError, match="has no int32 kernel; it supports float32"):
-        pyew.div(np.ones(3, np.int32), np.ones(3, np.int32))
-    with pytest.raises(TypeError, match="does not promote"):
-        pyew.add(np.ones(3, np.float32), np.ones(3, np.float64))
+    with pytest.raises(TypeError, match="has dtype complex128, which pyew does not support"):
+        pyew.sigmoid(np.ones(3, np.complex128))
+    with pytest.raises(TypeError, match="no cast from uint32"):
+        pyew.add(np.ones(3, np.uint32), np.ones(3, np.float32))
     with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)"):
         pyew.mul(np.ones(3, np.float32), np.ones(4, np.float32))
     with pytest.raises(TypeError, match="takes 2 input"):

@@ -1,5 +1,7 @@
 """GPU tests generated from the loaded library's op table: every map op x dtype against its
-spec's numpy reference (float64) on fresh random data."""
+spec's numpy reference (float64) on fresh random data, through the numpy path (the transfer
+engine, one shot and streamed), DeviceArrays, misaligned views, special values, out=, streams and
+scalars."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,141 +10,192 @@ import pytest
 import pyew
 from pyew import dtypes as dt
 
-from .conftest import GPU_SKIP_REASON, needs_gpu, poison, random_array
+from .helpers import map_kernels, params_of, poison, random_array
 from .reference import assert_matches, evaluate
 
+pytestmark = pytest.mark.gpu
 
-def _map_kernels():
-    if GPU_SKIP_REASON is not None and "libew" in GPU_SKIP_REASON:
-        return []
-    out = []
-    for info in pyew.library.get().manifest["ops"]:
-        if info["kind"] == "map":
-            for k in info["kernels"]:
-                out.append(pytest.param(info, k["dtype"], id=f"{info['name']}-{k['dtype']}"))
-    return out
-
-
-MAP_KERNELS = _map_kernels()
+MAP_KERNELS = map_kernels()
 SIZES = (0, 1, 7, 4097, 2**20 + 3)
-# Params used in tests: the default where there is one, else a value that exercises the op.
-TEST_PARAM = {"float": 1.75, "int": 3}
 
 
-def _params(info):
-    return {p["name"]: (p["default"] if p["default"] is not None else TEST_PARAM[p["type"]]) for p in info["params"]}
-
-
-def _inputs(info, dtype, n, rng):
-    arrays = [random_array(rng, n, dtype) for _ in info["inputs"]]
-    if info["name"] == "div":   # keep divisors away from zero so the check is about division
+def _inputs(op, dtype, n, rng):
+    arrays = [random_array(rng, n, dtype) for _ in op.inputs]
+    if op.name == "div":   # keep divisors away from zero so the check is about division
         arrays[1] = np.where(np.abs(arrays[1].astype(np.float64)) < 0.25, 0.5, arrays[1]).astype(arrays[1].dtype)
     return arrays
 
 
-def _check(info, dtype, arrays, got, what):
-    params = _params(info)
-    out_dtype = dt.BY_NAME[next(k["out_dtype"] for k in info["kernels"] if k["dtype"] == dtype)]
-    ref = evaluate(info["ref"], info["inputs"], arrays, params, dt.BY_NAME[dtype])
-    assert_matches(got, ref, out_dtype, f"{info['name']} {dtype} {what}", rtol=info.get("rtol"))
+def _check(op, k, arrays, got, what):
+    ref = evaluate(op.ref, op.inputs, arrays, params_of(op), k.dtype)
+    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name} {what}", rtol=op.rtol)
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", MAP_KERNELS)
-def test_numpy_roundtrip(info, dtype, rng):
-    fn = getattr(pyew, info["name"])
+@pytest.mark.parametrize("op,k", MAP_KERNELS)
+def test_numpy_roundtrip(op, k, rng):
+    fn = getattr(pyew, op.name)
     for n in SIZES:
-        arrays = _inputs(info, dtype, n, rng)
-        got = fn(*arrays, **_params(info))
-        assert isinstance(got, np.ndarray) and got.shape == (n,)
-        _check(info, dtype, arrays, got, f"n={n}")
+        arrays = _inputs(op, k.dtype.name, n, rng)
+        got = fn(*arrays, **params_of(op))
+        assert isinstance(got, np.ndarray) and got.shape == (n,) and got.dtype == k.out_dtype.np
+        _check(op, k, arrays, got, f"n={n}")
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", MAP_KERNELS)
-def test_device_misaligned_views(info, dtype, rng):
-    """Views at element offsets 1..3 of their buffers, each input and out differently misaligned,
-    so the kernel must pick a narrower pack or go scalar, and still handle the tail."""
-    fn = getattr(pyew, info["name"])
+@pytest.mark.parametrize("op,k", MAP_KERNELS)
+def test_streamed_equals_one_shot(op, k, rng, transfer_limits):
+    """The numpy path streamed in many blocks through a tiny device budget gives the same bits as
+    one shot, also for strided inputs and a strided numpy out=."""
+    fn = getattr(pyew, op.name)
+    n = 3 * 65536 + 77
+    arrays = _inputs(op, k.dtype.name, n, rng)
+    transfer_limits(small_bytes=1 << 30)
+    one = fn(*arrays, **params_of(op))
+    transfer_limits(small_bytes=0, device_bytes=256 * 1024, threads=3)
+    many = fn(*arrays, **params_of(op))
+    assert one.tobytes() == many.tobytes()
+    strided = [np.repeat(a, 2)[::2] for a in arrays]            # same values, stride 2
+    out = np.zeros(2 * n, k.out_dtype.np)[1::2]
+    assert fn(*strided, out=out, **params_of(op)) is out
+    assert out.tobytes() == one.tobytes()
+
+
+@pytest.mark.parametrize("op,k", MAP_KERNELS)
+def test_device_misaligned_views(op, k, rng):
+    """Views at element offsets of their buffers, each input and out differently misaligned, and
+    all equally misaligned: any pack width, and the tail."""
+    fn = getattr(pyew, op.name)
     n = 4096 + 13
-    out_dtype = next(k["out_dtype"] for k in info["kernels"] if k["dtype"] == dtype)
-    for shift in range(3):
-        arrays = _inputs(info, dtype, n, rng)
+    for shift in range(4):
+        arrays = _inputs(op, k.dtype.name, n, rng)
         dev = []
         for j, a in enumerate(arrays):
-            off = (j + shift) % 4
+            off = shift if shift == 3 else (j + shift) % 4
             pad = np.concatenate([a[:off], a]) if off else a
             dev.append(pyew.asarray(pad)[off:])
-        off = (shift + 2) % 4
-        out = poison(pyew.empty(n + off, out_dtype))[off:]
-        res = fn(*dev, out=out, **_params(info))
+        off = 3 if shift == 3 else (shift + 2) % 4
+        out = poison(pyew.empty(n + off, k.out_dtype.name))[off:]
+        res = fn(*dev, out=out, **params_of(op))
         assert res is out
-        _check(info, dtype, arrays, out.get(), f"views shift={shift}")
+        _check(op, k, arrays, out.get(), f"views shift={shift}")
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", MAP_KERNELS)
-def test_special_values(info, dtype, rng):
+@pytest.mark.parametrize("op,k", MAP_KERNELS)
+def test_special_values(op, k, rng):
     """NaN, +-inf, signed zeros and the overflow-prone points, combined with random data."""
-    info_dt = dt.BY_NAME[dtype]
-    if info_dt.kind == "int":
-        special = np.array([0, 1, -1, 2**31 - 1, -2**31], dtype=np.int64)
-        special = special.astype(info_dt.np) if dtype == "int64" else np.array([0, 1, -1, 7, -7], info_dt.np)
+    info = k.dtype
+    if info.kind == "int":
+        lim = np.iinfo(info.np)
+        special = np.array([0, 1, -1, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
     else:
         vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 4.05, -4.05, 11.0, -11.0, 20.0, -20.0, 65504.0,
                 -65504.0, 1e-3, -1e-3, 3.0, -3.0, 0.5, -0.5, 100.0, -100.0, 1e30, -1e30]
         with np.errstate(over="ignore"):
-            special = np.array(vals, np.float64).astype(info_dt.np)
-    fn = getattr(pyew, info["name"])
-    k = len(special)
+            special = np.array(vals, np.float64).astype(info.np)
+    fn = getattr(pyew, op.name)
+    m = len(special)
     arrays = []
-    for j, _ in enumerate(info["inputs"]):
-        a = random_array(rng, 3 * k, dtype)
-        a[j * k % (2 * k): j * k % (2 * k) + k] = np.roll(special, j)
+    for j, _ in enumerate(op.inputs):
+        a = random_array(rng, 3 * m, info.name)
+        a[j * m % (2 * m): j * m % (2 * m) + m] = np.roll(special, j)
         arrays.append(a)
-    got = fn(*arrays, **_params(info))
-    _check(info, dtype, arrays, got, "special values")
-    if info["name"] in ("gelu", "sigmoid", "silu", "gelu_tanh") and info_dt.kind == "float":
+    if info.kind == "int" and op.name in ("add", "sub", "mul"):
+        # the limits against each other: numpy wraps, and so must the kernel
+        arrays = [np.repeat(special, m), np.tile(special, m)][:len(op.inputs)]
+    with np.errstate(over="ignore"):
+        got = fn(*arrays, **params_of(op))
+    if info.kind == "int" and op.name in ("add", "sub", "mul"):
+        want = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op.name](*arrays)
+        np.testing.assert_array_equal(got, want)
+        return
+    _check(op, k, arrays, got, "special values")
+    if op.name in ("gelu", "sigmoid", "silu", "gelu_tanh") and info.kind == "float":
         finite_in = np.isfinite(arrays[0].astype(np.float64))
         assert np.all(np.isfinite(got.astype(np.float64))[finite_in]), "finite input gave inf/NaN"
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", MAP_KERNELS)
-def test_out_inplace_and_stream(info, dtype, rng):
-    fn = getattr(pyew, info["name"])
+@pytest.mark.parametrize("op,k", MAP_KERNELS)
+def test_out_inplace_and_stream(op, k, rng):
+    fn = getattr(pyew, op.name)
     n = 10007
-    arrays = _inputs(info, dtype, n, rng)
-    out_dtype = next(k["out_dtype"] for k in info["kernels"] if k["dtype"] == dtype)
-    # numpy out=
-    host_out = np.full(n, 7, dt.BY_NAME[out_dtype].np)
-    assert fn(*arrays, out=host_out, **_params(info)) is host_out
-    _check(info, dtype, arrays, host_out, "numpy out=")
-    # in place on the device, on a non-default stream
+    arrays = _inputs(op, k.dtype.name, n, rng)
+    host_out = np.full(n, 7, k.out_dtype.np)
+    assert fn(*arrays, out=host_out, **params_of(op)) is host_out
+    _check(op, k, arrays, host_out, "numpy out=")
     s = pyew.Stream()
     dev = [pyew.asarray(a, stream=s) for a in arrays]
-    if out_dtype == dtype:
-        res = fn(*dev, out=dev[0], stream=s, **_params(info))
+    if k.out_dtype is k.dtype:
+        res = fn(*dev, out=dev[0], stream=s, **params_of(op))
         assert res is dev[0]
     else:
-        res = fn(*dev, stream=s, **_params(info))
+        res = fn(*dev, stream=s, **params_of(op))
     s.synchronize()
-    _check(info, dtype, arrays, res.get(stream=s), "in place on a stream")
-    # the current stream of a `with` block
+    _check(op, k, arrays, res.get(stream=s), "in place on a stream")
     with pyew.Stream() as s2:
-        res2 = fn(*[pyew.asarray(a) for a in arrays], **_params(info))
+        res2 = fn(*[pyew.asarray(a) for a in arrays], **params_of(op))
         assert pyew.current_stream() is s2
     s2.synchronize()
-    _check(info, dtype, arrays, res2.get(), "with Stream()")
+    _check(op, k, arrays, res2.get(), "with Stream()")
+    # numpy in place: out is exactly an input
+    if k.out_dtype is k.dtype:
+        x = arrays[0].copy()
+        fn(x, *arrays[1:], out=x, **params_of(op))
+        _check(op, k, arrays, x, "numpy in place")
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", [p for p in MAP_KERNELS if len(p.values[0]["inputs"]) == 2])
-def test_scalar_operands(info, dtype, rng):
-    fn = getattr(pyew, info["name"])
-    x = _inputs(info, dtype, 1000, rng)[0]
-    s = 3 if dt.BY_NAME[dtype].kind == "int" else 2.5
-    got = fn(x, s, **_params(info))
-    _check(info, dtype, [x, np.full_like(x, s)], got, "array op scalar")
-    got = fn(pyew.asarray(x), np.asarray(s, dt.BY_NAME[dtype].np), **_params(info)).get()
-    _check(info, dtype, [x, np.full_like(x, s)], got, "device op 0-d array")
+@pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2))
+def test_scalar_operands(op, k, rng):
+    fn = getattr(pyew, op.name)
+    x = _inputs(op, k.dtype.name, 1000, rng)[0]
+    s = 3 if k.dtype.kind == "int" else 2.5
+    got = fn(x, s, **params_of(op))
+    assert got.dtype == k.out_dtype.np, "a Python scalar does not change the dtype (NEP 50)"
+    _check(op, k, [x, np.full_like(x, s)], got, "array op scalar")
+    got = fn(s, pyew.asarray(x), **params_of(op)).get()
+    _check(op, k, [np.full_like(x, s), x], got, "scalar op device array")
+    got = fn(pyew.asarray(x), np.asarray(s, k.dtype.np), **params_of(op)).get()
+    _check(op, k, [x, np.full_like(x, s)], got, "device op 0-d array")
+
+
+@pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2 and k.dtype.kind == "float"))
+def test_broadcasting_matches_numpy(op, k, rng):
+    """Random broadcast shapes (size-1 dims, 0-size dims, 0-d arrays), numpy and device inputs."""
+    fn = getattr(pyew, op.name)
+    shapes = [((4, 1), (1, 5)), ((3, 4, 5), (5,)), ((2, 3, 1, 6), (3, 7, 1)), ((7,), ()), ((), (6, 2)),
+              ((0, 3), (3,)), ((65536 // 64, 64), (64,)), ((16, 32, 100), (32, 1)), ((1, 1, 9), (2, 1, 1))]
+    for _ in range(8):
+        nd = rng.integers(1, 6)
+        full = tuple(int(v) for v in rng.integers(1, 6, nd))
+        a = tuple(d if rng.random() < 0.6 else 1 for d in full)
+        b = tuple(d if rng.random() < 0.6 else 1 for d in full)[rng.integers(0, nd):]
+        shapes.append((a, b))
+    for sa, sb in shapes:
+        a = random_array(rng, int(np.prod(sa)), k.dtype.name).reshape(sa)
+        b = random_array(rng, int(np.prod(sb)), k.dtype.name).reshape(sb)
+        if op.name == "div":
+            b = np.where(np.abs(b.astype(np.float64)) < 0.25, 0.5, b).astype(b.dtype)
+        want_shape = np.broadcast_shapes(sa, sb)
+        full_a, full_b = np.broadcast_to(a, want_shape), np.broadcast_to(b, want_shape)
+        got = fn(a, b, **params_of(op))
+        assert got.shape == want_shape
+        _check(op, k, [full_a.reshape(-1), full_b.reshape(-1)], got.reshape(-1), f"{sa} with {sb} (numpy)")
+        dgot = fn(pyew.asarray(a), pyew.asarray(b), **params_of(op))
+        assert dgot.shape == want_shape
+        _check(op, k, [full_a.reshape(-1), full_b.reshape(-1)], dgot.get().reshape(-1), f"{sa} with {sb} (device)")
+        out = poison(pyew.empty(want_shape, k.out_dtype.name))
+        assert fn(pyew.asarray(a), b, out=out, **params_of(op)) is out
+        np.testing.assert_array_equal(out.get(), dgot.get())
+    with pytest.raises(ValueError, match="do not broadcast"):
+        fn(np.ones((3, 4), k.dtype.np), np.ones((5,), k.dtype.np))
+    with pytest.raises(ValueError, match=r"out is .* \(3, 4\), the result is .* \(2, 3, 4\)"):
+        fn(np.ones((2, 3, 4), k.dtype.np), np.ones(4, k.dtype.np), out=np.ones((3, 4), k.out_dtype.np))
+
+
+def test_bias_layouts_are_collapsed(rng):
+    """Row bias, channel bias and a scalar: the common broadcasts, against numpy."""
+    x = random_array(rng, 256 * 4096, "float16").reshape(256, 4096)
+    b = random_array(rng, 4096, "float16")
+    np.testing.assert_array_equal(pyew.add(pyew.asarray(x), pyew.asarray(b)).get(), x + b)
+    x4 = random_array(rng, 4 * 16 * 8 * 8, "float32").reshape(4, 16, 8, 8)
+    c = random_array(rng, 16, "float32").reshape(16, 1, 1)
+    np.testing.assert_array_equal(pyew.mul(pyew.asarray(x4), pyew.asarray(c)).get(), x4 * c)
+    np.testing.assert_array_equal(pyew.add_relu(x4, c), np.maximum(x4 + c, 0))

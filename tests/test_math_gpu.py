@@ -8,42 +8,30 @@ import numpy as np
 import pytest
 
 import pyew
-from pyew import dtypes as dt
 
-from .conftest import GPU_SKIP_REASON, needs_gpu
+from .helpers import map_kernels, params_of
 from .reference import assert_matches, evaluate
-from .test_map_gpu import _params
+
+pytestmark = pytest.mark.gpu
 
 
-def _unary_float_kernels(dtypes):
-    if GPU_SKIP_REASON is not None and "libew" in GPU_SKIP_REASON:
-        return []
-    out = []
-    for info in pyew.library.get().manifest["ops"]:
-        if info["kind"] != "map" or len(info["inputs"]) != 1:
-            continue
-        for k in info["kernels"]:
-            if k["dtype"] in dtypes:
-                out.append(pytest.param(info, k["dtype"], id=f"{info['name']}-{k['dtype']}"))
-    return out
+def _unary(dtypes):
+    return map_kernels(lambda op, k: len(op.inputs) == 1 and k.dtype.name in dtypes)
 
 
-def _check(info, dtype, x, got):
-    out_dtype = dt.BY_NAME[next(k["out_dtype"] for k in info["kernels"] if k["dtype"] == dtype)]
-    ref = evaluate(info["ref"], info["inputs"], [x], _params(info), dt.BY_NAME[dtype])
-    assert_matches(got, ref, out_dtype, f"{info['name']} {dtype}", rtol=info.get("rtol"))
+def _check(op, k, x, got):
+    ref = evaluate(op.ref, op.inputs, [x], params_of(op), k.dtype)
+    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name}", rtol=op.rtol)
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", _unary_float_kernels(("float16", "bfloat16")))
-def test_every_16bit_input(info, dtype):
-    x = np.arange(1 << 16, dtype=np.uint16).view(dt.BY_NAME[dtype].np)
-    _check(info, dtype, x, getattr(pyew, info["name"])(x, **_params(info)))
+@pytest.mark.parametrize("op,k", _unary(("float16", "bfloat16")))
+def test_every_16bit_input(op, k):
+    x = np.arange(1 << 16, dtype=np.uint16).view(k.dtype.np)
+    _check(op, k, x, getattr(pyew, op.name)(x, **params_of(op)))
 
 
-@needs_gpu
-@pytest.mark.parametrize("info,dtype", _unary_float_kernels(("float32",)))
-def test_float32_wide_range(info, dtype, rng):
+@pytest.mark.parametrize("op,k", _unary(("float32",)))
+def test_float32_wide_range(op, k, rng):
     mag = 10.0 ** rng.uniform(-6, 4, size=1 << 18)
     x = (mag * rng.choice([-1.0, 1.0], size=mag.size)).astype(np.float32)
-    _check(info, dtype, x, getattr(pyew, info["name"])(x, **_params(info)))
+    _check(op, k, x, getattr(pyew, op.name)(x, **params_of(op)))

@@ -8,10 +8,10 @@ import pytest
 
 import pyew
 
-from .conftest import needs_gpu, poison, random_array
-from .special_ref import assert_same_bits, pack_mask, relu_mask_ref, small_grid, torch_cuda, unpack_mask, view_at  # noqa: F401
+from .helpers import poison, random_array
+from .special_ref import assert_same_bits, pack_mask, relu_mask_ref, unpack_mask, view_at
 
-pytestmark = needs_gpu
+pytestmark = pytest.mark.gpu
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
 SIZES = [0, 1, 5, 31, 32, 33, 64, 100, 1000, 4097, 65536 + 7]
 
@@ -168,10 +168,8 @@ def test_add_relu_backward_roundtrip(rng):
     np.testing.assert_array_equal(dx, np.where(x.astype(np.float32) + a > 0, dy, 0).astype(np.float32))
 
 
-def test_backward_matches_torch_threshold_backward(rng):
-    torch = torch_cuda()
-    if torch is None:
-        pytest.skip("torch with CUDA not available")
+def test_backward_matches_torch_threshold_backward(rng, torch_cuda):
+    torch = torch_cuda
     n = 100_003
     x = random_array(rng, n, "float32")            # no NaN: torch passes gradient through NaN inputs
     x[::97] = 0.0

@@ -9,9 +9,9 @@ import pytest
 import pyew
 from pyew import dtypes as dt
 
-from .conftest import needs_gpu, poison, random_array
+from .helpers import poison, random_array
 
-pytestmark = needs_gpu
+pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("dtype", [d.name for d in dt.TABLE])
@@ -64,7 +64,7 @@ def test_astype_matches_numpy(rng):
     np.testing.assert_array_equal(d.astype("float64").get(), a.astype(np.float64))
     np.testing.assert_array_equal(d.astype("float32").get(), a)
     with pytest.raises(TypeError, match="no cast"):
-        d.astype("int32")
+        d.astype("uint32")
 
 
 def test_multidim_shapes(rng):
@@ -78,17 +78,17 @@ def test_errors_leave_out_untouched(rng):
     out = np.full(64, 5.0, np.float32)
     with pytest.raises(ValueError, match="out is float32 \\(63,\\)"):
         pyew.relu(a, out=np.empty(63, np.float32))
-    with pytest.raises(TypeError, match="differ in dtype"):
-        pyew.add(a, a.astype(np.float16), out=out)
-    with pytest.raises(ValueError, match="shapes differ"):
+    with pytest.raises(ValueError, match="out is float32 \\(64,\\), the result is float64"):
+        pyew.add(a, a.astype(np.float64), out=out)
+    with pytest.raises(ValueError, match="do not broadcast"):
         pyew.add(pyew.asarray(a), pyew.asarray(a[:32]))
-    with pytest.raises(TypeError, match="must be a DeviceArray"):
+    with pytest.raises(TypeError, match="must be a GPU array"):
         pyew.relu(pyew.asarray(a), out=out)
     d = pyew.asarray(a)
-    with pytest.raises(ValueError, match="partially overlaps"):
+    with pytest.raises(ValueError, match="overlaps input"):
         pyew.relu(d[1:], out=d[:-1])
-    with pytest.raises(TypeError, match="not an integer"):
-        pyew.add(np.arange(4, dtype=np.int32), 1.5)
+    with pytest.raises(OverflowError, match="out of bounds for int32"):
+        pyew.add(np.arange(4, dtype=np.int32), 2**40)
     np.testing.assert_array_equal(out, 5.0)
 
 
@@ -146,14 +146,13 @@ def test_index_past_int32(rng):
     if info["free_memory"] < 3 * n * 2 + (1 << 30):
         pytest.skip("not enough GPU memory for 2^31 float16 elements")
     x = pyew.empty(n, "float16")
-    lib, d = pyew.library.get(), pyew.runtime.device()
-    lib.check(lib.fill(x.ptr, n, 2, int(np.array(1.5, np.float16).view(np.uint16)), 0, d.sms, d.threads_per_sm), "fill")
+    pyew.call.fill(x.ptr, n, x._info, int(np.array(1.5, np.float16).view(np.uint16)), pyew.runtime.DEFAULT_STREAM)
     chunks = [0, 2**31 - 4096, n - 3000]   # the head, across 2^31, the tail; disjoint
     host = {}
     for c in chunks:
         m = min(8192, n - c)
         host[c] = random_array(rng, m, "float16")
-        pyew.runtime.copy_htod(x.ptr + 2 * c, host[c].ctypes.data, host[c].nbytes, pyew.runtime.DEFAULT_STREAM)
+        pyew.runtime.copy_htod(x.ptr + 2 * c, host[c].ctypes.data, host[c].nbytes, pyew.runtime.DEFAULT_STREAM.cu)
     y = poison(pyew.empty(n, "float16"))
     pyew.hardswish(x, out=y)
     for c, h in host.items():
@@ -181,7 +180,7 @@ def test_device_fast_path_with_out(rng):
     with pytest.raises(ValueError, match="out is float32 \\(4098,\\)"):
         pyew.add(x, y, out=pyew.empty(4098, "float32"))
     keep = y.get()
-    with pytest.raises(ValueError, match="partially overlaps"):
+    with pytest.raises(ValueError, match="overlaps input"):
         pyew.add(y[1:], y[1:], out=y[:-1])
     np.testing.assert_array_equal(y.get(), keep)
 

@@ -20,7 +20,7 @@ from pyew import library
 from pyew.array import DeviceArray
 from pyew.errors import LibraryError
 
-from .conftest import header_compiles_as_c
+from .helpers import header_compiles_as_c
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECIAL = {"relu_mask", "add_relu_mask", "relu_mask_backward", "upsample_nearest2d", "dot", "scatter_add"}
@@ -163,9 +163,13 @@ def no_gpu(monkeypatch):
         monkeypatch.setattr(pyew.runtime, name, boom)
 
 
+_fake_ptrs = iter(range(1 << 20, 1 << 40, 1 << 20))
+
+
 def fake(shape, dtype):
-    """A DeviceArray that owns no memory: enough for checks that must fail before any use."""
-    return DeviceArray(object(), 4096, tuple(shape), dt.BY_NAME[dtype])
+    """A DeviceArray that owns no memory (each at its own address): enough for checks that must
+    fail before any use."""
+    return DeviceArray(object(), next(_fake_ptrs), tuple(shape), dt.BY_NAME[dtype])
 
 
 def f32(*shape):
@@ -174,16 +178,17 @@ def f32(*shape):
 
 BAD_CALLS = [
     # relu_mask / add_relu_mask
-    (lambda: pyew.relu_mask(np.zeros(5, np.int32)), TypeError, "relu_mask has no int32 kernel; it supports float32"),
-    (lambda: pyew.relu_mask(fake((5,), "int64")), TypeError, "no int64 kernel"),
+    (lambda: pyew.relu_mask(np.zeros(5, np.uint32)), TypeError, "runs in float64, but the library has no cast from uint32"),
+    (lambda: pyew.relu_mask(fake((5,), "uint32")), TypeError, "no cast from uint32"),
+    (lambda: pyew.relu_mask(np.zeros(5, np.complex64)), TypeError, "complex64, which pyew does not support"),
     (lambda: pyew.relu_mask(f32(5), f32(5)), TypeError, r"takes 1 input\(s\) \(x\), got 2"),
-    (lambda: pyew.add_relu_mask(f32(5), f32(6)), ValueError, r"'x' has \(5,\), 'addend' has \(6,\)"),
-    (lambda: pyew.add_relu_mask(f32(5), np.zeros(5, np.float16)), TypeError, "differ in dtype"),
+    (lambda: pyew.add_relu_mask(f32(5), f32(6)), ValueError, r"'x' \(5,\), 'addend' \(6,\)"),
+    (lambda: pyew.add_relu_mask(f32(5), f32(1)), ValueError, "inputs must have one shape"),
     (lambda: pyew.relu_mask(f32(40), out=f32(40)), TypeError, r"out must be a pair \(y, mask\)"),
     (lambda: pyew.relu_mask(f32(40), out=(None, np.zeros(1, np.uint32))), ValueError,
      r"the mask\): out is uint32 \(1,\), the result is uint32 \(2,\)"),
     (lambda: pyew.relu_mask(f32(40), out=(f32(41), None)), ValueError, r"out is float32 \(41,\)"),
-    (lambda: pyew.relu_mask(fake((40,), "float32"), out=(f32(40), None)), TypeError, "out must be a DeviceArray"),
+    (lambda: pyew.relu_mask(fake((40,), "float32"), out=(f32(40), None)), TypeError, "out must be a GPU array"),
     (lambda: pyew.relu_mask(fake((40,), "float32"), out=(None, fake((2,), "int32"))), ValueError, "out is int32"),
     # relu_mask_backward
     (lambda: pyew.relu_mask_backward(f32(40), np.zeros(2, np.int32)), TypeError, "mask must be the uint32 bitmask"),
@@ -209,18 +214,18 @@ BAD_CALLS = [
     (lambda: pyew.upsample_nearest2d_backward(f32(1, 1, 4, 4), input_size=(2, -1)), ValueError, "must be positive"),
     (lambda: pyew.upsample_nearest2d_backward(f32(4, 4)), ValueError, "dy must be 4-D"),
     (lambda: pyew.upsample_nearest2d_backward(fake((1, 1, 4, 4), "float32"), out=f32(1, 1, 2, 2)),
-     TypeError, "out must be a DeviceArray"),
+     TypeError, "out must be a GPU array"),
     # dot
     (lambda: pyew.dot(f32(3), f32(3), method="slow"), ValueError, "unknown method 'slow'; methods: fast, half2_pack"),
     (lambda: pyew.dot(f32(3), f32(3), method="half_atomic"), TypeError,
      r"dot\(method='half_atomic'\) has no float32 kernel; it supports float16, bfloat16"),
     (lambda: pyew.dot(f32(3), f32(4)), ValueError, r"1-D of one length, got shapes \(3,\) and \(4,\)"),
     (lambda: pyew.dot(f32(2, 2), f32(2, 2)), ValueError, "1-D of one length"),
-    (lambda: pyew.dot(f32(3), np.zeros(3, np.float64)), TypeError, "a is float32 and b is float64"),
+    (lambda: pyew.dot(f32(3), np.zeros(3, np.complex64)), TypeError, "complex64, which pyew does not support"),
     (lambda: pyew.dot(np.zeros(3, np.int32), np.zeros(3, np.int32)), TypeError, "no int32 kernel"),
     (lambda: pyew.dot(f32(3), f32(3), out=f32(2)), ValueError, r"out is float32 \(2,\)"),
     (lambda: pyew.dot(fake((3,), "float16"), fake((3,), "float16"), out=np.zeros((), np.float16)), TypeError,
-     "out must be a DeviceArray"),
+     "out must be a GPU array"),
     # scatter_add
     (lambda: pyew.scatter_add(f32(4), np.array([0, 4]), f32(2)), IndexError,
      r"index\[1\] = 4 is out of bounds for dst of length 4"),
@@ -230,11 +235,11 @@ BAD_CALLS = [
      IndexError, r"index\[1\] = 9"),
     (lambda: pyew.scatter_add(f32(4), np.array([0.0, 1.0]), f32(2)), TypeError, "index has dtype float64"),
     (lambda: pyew.scatter_add(f32(4), np.array([0, 1], np.int16), f32(2)), TypeError, "pyew does not support"),
-    (lambda: pyew.scatter_add(f32(4), np.array([0, 1]), np.zeros(2, np.float16)), TypeError,
-     "dst is float32 and src is float16"),
+    (lambda: pyew.scatter_add(f32(4), np.array([0, 1]), np.zeros(2, np.complex64)), TypeError,
+     "complex64, which pyew does not support"),
     (lambda: pyew.scatter_add(f32(4), np.array([0, 1]), f32(3)), ValueError, r"index \(2,\), src \(3,\)"),
     (lambda: pyew.scatter_add(f32(4, 1), np.array([0]), f32(1)), ValueError, "dst must be 1-D"),
-    (lambda: pyew.scatter_add([0.0, 1.0], np.array([0]), f32(1)), TypeError, "dst must be a DeviceArray or"),
+    (lambda: pyew.scatter_add([0.0, 1.0], np.array([0]), f32(1)), TypeError, "dst must be a GPU array or"),
     (lambda: pyew.scatter_add(np.zeros(4, np.int32), np.array([0]), np.zeros(1, np.int32)), TypeError,
      "scatter_add has no int32 kernel"),
 ]

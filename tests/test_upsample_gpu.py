@@ -9,11 +9,11 @@ import pytest
 
 import pyew
 
-from .conftest import needs_gpu, poison, random_array
-from .special_ref import (assert_same_bits, nearest_src, small_grid, torch_cuda,  # noqa: F401
+from .helpers import poison, random_array
+from .special_ref import (assert_same_bits, nearest_src,
                           upsample_backward_ref, upsample_ref, view_at)
 
-pytestmark = needs_gpu
+pytestmark = pytest.mark.gpu
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
 
 # (input shape, scale or None, output_size or None)
@@ -125,10 +125,8 @@ def test_many_loop_trips(dtype, scale, size, rng, small_grid):
                      "backward")
 
 
-def test_matches_torch(rng):
-    torch = torch_cuda()
-    if torch is None:
-        pytest.skip("torch with CUDA not available")
+def test_matches_torch(rng, torch_cuda):
+    torch = torch_cuda
     import torch.nn.functional as F
     for dtype, tdt in (("float32", torch.float32), ("float16", torch.float16)):
         for shape, scale, size in CASES:

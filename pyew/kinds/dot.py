@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import call, library
 from .. import runtime as rt
-from ..array import DeviceArray, _Buffer, cast
-from ..operands import DEVICE, kernel_dtype, result_dtype
+from ..array import DeviceArray, _Buffer, cast, lookup_dtype
+from ..operands import DEVICE, result_dtype
 from . import OUT_STREAM, P, binder, make_function
 
 
@@ -26,8 +26,8 @@ class DotOp:
             raise ValueError(f"{op}: unknown method {method!r}; methods: {', '.join(self.methods)}")
         ao = call.array_operand(a, op, "a", s)
         bo = call.array_operand(b, op, "b", s)
-        have = tuple(k.dtype for k in self.op.kernels if k.entry(method) is not None)
-        info = kernel_dtype(result_dtype([ao, bo], op), have, f"{op}(method={method!r})")
+        # numpy's dot keeps the promoted dtype (int stays int): that dtype needs a kernel itself
+        info = lookup_dtype(result_dtype([ao, bo], op))
         entry = call.kernel_for(self.op, info, method, f"(method={method!r})")
         if len(ao.shape) != 1 or len(bo.shape) != 1 or ao.shape != bo.shape:
             raise ValueError(f"{op}: a and b must be 1-D of one length, got shapes {ao.shape} and {bo.shape}")

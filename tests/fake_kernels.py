@@ -1,0 +1,112 @@
+"""Stand-ins for libew's entry points on the CPU, over tests/fake_cuda.py's host "device" memory:
+map entries (contiguous and strided) evaluate the op's numpy reference, casts cast, relu_mask and
+its backward follow their definitions. With them the CPU tests run pyew's whole call layer
+(promotion, broadcasting, dimension collapsing, the transfer engine, out=) without a GPU."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from pyew import call, library
+
+from .fake_cuda import device_view
+from .reference import evaluate
+
+
+def _strided(ptr, info, shape, strides):
+    if not shape or 0 in shape:
+        return np.zeros(shape, info.np)
+    span = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    base = device_view(ptr + lo * info.itemsize, info.np, (span,))
+    return np.lib.stride_tricks.as_strided(base[-lo:] if lo else base, shape,
+                                           [s * info.itemsize for s in strides])
+
+
+class FakeKernels:
+    def __init__(self):
+        self.by_symbol = {}
+        for op in library.get().manifest.ops:
+            for k in op.kernels:
+                for e in k.entries:
+                    self.by_symbol[e.symbol] = (op, k)
+        self.launches = []
+
+    def launch(self, entry, args, stream):
+        op, k = self.by_symbol[entry.symbol]
+        self.launches.append(entry.role)
+        kd, out_info = k.dtype, k.out_dtype
+        if op.kind == "map" and entry.role in ("forward", "strided"):
+            nin = len(op.inputs)
+            out, ins, n = args[0], args[1:1 + nin], args[1 + nin]
+            params = dict(zip((p.name for p in op.params), args[2 + nin:2 + nin + len(op.params)]))
+            if entry.role == "forward":
+                arrays = [device_view(p, kd.np, (n,)) for p in ins]
+                shape = (n,)
+            else:
+                lay = args[-1]
+                nd = ctypes.c_int64.from_address(lay).value
+                vals = (ctypes.c_int64 * (1 + nd * (1 + nin))).from_address(lay)
+                shape = tuple(vals[1:1 + nd])
+                assert int(np.prod(shape)) == n
+                arrays = [_strided(p, kd, shape, tuple(vals[1 + nd * (1 + i): 1 + nd * (2 + i)]))
+                          for i, p in enumerate(ins)]
+            with np.errstate(all="ignore"):
+                ref = evaluate(op.ref, op.inputs, [a.reshape(-1) if entry.role == "forward" else a for a in arrays],
+                               params, kd)
+                device_view(out, out_info.np, shape)[...] = np.broadcast_to(ref, shape).astype(out_info.np)
+            return
+        if op.kind == "relu_mask":
+            y, mask, *ins = args[:2 + len(op.inputs)]
+            n = args[2 + len(op.inputs)]
+            x = sum(device_view(p, kd.np, (n,)).astype(np.float64) for p in ins)
+            device_view(y, kd.np, (n,))[...] = np.maximum(x, 0).astype(kd.np)
+            bits = np.zeros(-(-n // 32) * 32, bool)
+            bits[:n] = x > 0
+            words = (bits.reshape(-1, 32) * (1 << np.arange(32, dtype=np.uint64))).sum(1).astype(np.uint32)
+            device_view(mask, np.uint32, words.shape)[...] = words
+            return
+        if op.kind == "mask_backward":
+            dx, dy, mask, n = args
+            words = device_view(mask, np.uint32, (-(-n // 32),))
+            bits = ((words[:, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(-1)[:n].astype(bool)
+            g = device_view(dy, kd.np, (n,))
+            device_view(dx, kd.np, (n,))[...] = np.where(bits, g, np.zeros((), kd.np))
+            return
+        raise NotImplementedError(f"no CPU stand-in for {entry.symbol}")
+
+    def fill(self, ptr, n, info, bits, stream):
+        word = np.array([bits], np.uint64).view(np.uint8)[: info.itemsize].view(info.np)[0]
+        device_view(ptr, info.np, (n,))[...] = word
+
+
+def install(monkeypatch) -> FakeKernels:
+    f = FakeKernels()
+    monkeypatch.setattr(library, "launch", f.launch)
+    monkeypatch.setattr(call, "fill", f.fill)
+    return f
+
+
+def _run_device_through_launch(self, entry, args, s, out):
+    """MapOp's DeviceArray fast path, through library.launch so the stand-ins see it."""
+    from pyew.array import DeviceArray
+    fn, out_info, sym = entry
+    a0 = args[0]
+    res = DeviceArray._alloc(a0.shape, out_info, s) if out is None else out
+    op = library.get().manifest.op(self.name)
+    k = next(k for k in op.kernels if k.entry("forward").symbol == sym)
+    if a0.size:
+        library.launch(k.entry("forward"), (res.ptr, *[a.ptr for a in args], a0.size, *self.default_pvals), s)
+    return res
+
+
+def install_all(monkeypatch):
+    """The fake runtime and the fake kernels together."""
+    from pyew.kinds import map as map_kind
+
+    from . import fake_cuda
+    cuda = fake_cuda.install(monkeypatch)
+    kernels = install(monkeypatch)
+    monkeypatch.setattr(map_kind.MapOp, "_run_device", _run_device_through_launch)
+    return cuda, kernels

@@ -1,0 +1,63 @@
+"""Helpers shared by the test modules: random inputs, poisoned outputs, the op table's map
+kernels for parametrization, and the C compile check of the generated header."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyew import dtypes as dt
+
+ROOT = Path(__file__).resolve().parent.parent
+# Params used in tests: the default where there is one, else a value that exercises the op.
+TEST_PARAM = {"float": 1.75, "int": 3}
+
+
+def random_array(rng, n, dtype: str, lo=-6.0, hi=6.0) -> np.ndarray:
+    info = dt.BY_NAME[dtype]
+    if info.kind == "int":
+        return rng.integers(-1000, 1000, size=n).astype(info.np)
+    return rng.uniform(lo, hi, size=n).astype(np.float64).astype(info.np)
+
+
+def poison(a):
+    """Fill a DeviceArray with NaN (floats) or a sentinel (ints) so unwritten elements show."""
+    import pyew
+    info = dt.lookup(a.dtype)
+    bits = {2: 0x7E00 if info.name == "float16" else 0x7FC0, 4: 0x7FC00000 if info.kind == "float" else 0x5A5A5A5A,
+            8: 0x7FF8000000000000 if info.kind == "float" else 0x5A5A5A5A5A5A5A5A}[info.itemsize]
+    if a.size:
+        pyew.call.fill(a.ptr, a.size, info, bits, pyew.runtime.DEFAULT_STREAM)
+    return a
+
+
+def manifest_ops(kind: str | None = None):
+    """The loaded library's ops (of one kind), or [] where the library does not load: the GPU
+    tests built from them then simply have no cases there."""
+    import pyew
+    try:
+        ops = pyew.library.get().manifest.ops
+    except pyew.LibraryError:
+        return []
+    return [o for o in ops if kind is None or o.kind == kind]
+
+
+def map_kernels(pred=lambda op, k: True):
+    """pytest params (op, kernel) for every map op x dtype of the library that pred accepts."""
+    return [pytest.param(op, k, id=f"{op.name}-{k.dtype.name}")
+            for op in manifest_ops("map") for k in op.kernels if pred(op, k)]
+
+
+def params_of(op) -> dict:
+    return {p.name: (p.default if p.default is not None else TEST_PARAM[p.type]) for p in op.params}
+
+
+def header_compiles_as_c(gen_dir, main_expr: str) -> None:
+    """Assert that the generated build/ew.h in gen_dir compiles as C in a main returning main_expr."""
+    src = Path(gen_dir) / "use.c"
+    src.write_text(f'#include "ew.h"\nint main(void) {{ return {main_expr}; }}\n')
+    r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(gen_dir), "-I", str(ROOT / "libew"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,136 @@
+"""pyew's call layer without a GPU: numpy 2's promotion, kernel choice, broadcasting and dimension
+collapsing as pure functions, then whole op calls through the real call pipeline and transfer
+engine over stand-ins for the CUDA runtime and the kernels (tests/fake_cuda.py, fake_kernels.py)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyew
+from pyew import dtypes as dt
+from pyew.operands import Operand, SCALAR, HOST, collapse, broadcast_strides, kernel_dtype, result_dtype
+
+from .fake_kernels import install_all
+from .helpers import manifest_ops
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+needs_lib = pytest.mark.skipif(not manifest_ops(), reason="libew.so not built (make all)")
+
+
+def _arr(dtype):
+    return Operand("x", HOST, np.zeros(1, dtype), dt.lookup(dtype), (1,))
+
+
+def _py(v):
+    return Operand("s", SCALAR, v, None, ())
+
+
+@pytest.mark.parametrize("ops,want", [
+    ((_arr(np.float16), _arr(np.float32)), np.float32),
+    ((_arr(np.int32), _arr(np.float32)), np.float64),
+    ((_arr(np.int32), _arr(np.int64)), np.int64),
+    ((_arr(np.float16), _py(2.5)), np.float16),          # a Python float is weak (NEP 50)
+    ((_arr(np.int32), _py(2.5)), np.float64),
+    ((_arr(np.int32), _py(7)), np.int32),
+    ((_arr(BF16), _arr(np.float32)), np.float32),
+    ((_arr(BF16), _arr(np.float16)), np.float32),         # as ml_dtypes' ufuncs resolve it
+    ((_arr(BF16), _py(2)), BF16),
+    ((_py(1.0), _py(2)), np.float64),
+])
+def test_promotion_follows_numpy(ops, want):
+    assert result_dtype(list(ops), "op") == np.dtype(want)
+
+
+def test_python_int_out_of_range_is_refused_like_numpy():
+    with pytest.raises(OverflowError):
+        np.add(np.zeros(1, np.int32), 2**40)
+    from pyew.operands import scalar_value
+    with pytest.raises(OverflowError, match="out of bounds for int32"):
+        scalar_value(_py(2**40), dt.BY_NAME["int32"], "add")
+
+
+def test_kernel_choice_is_numpys_loop_choice():
+    f = tuple(dt.BY_NAME[n] for n in ("float32", "float64", "float16", "bfloat16"))
+    assert kernel_dtype(np.dtype(np.int32), f, "sigmoid").name == "float64"     # as np.exp(int32)
+    assert kernel_dtype(np.dtype(np.float16), f[:2], "x").name == "float32"
+    with pytest.raises(TypeError, match="no kernel for complex64"):
+        kernel_dtype(np.dtype(np.complex64), f, "sigmoid")
+
+
+@pytest.mark.parametrize("shape,in_shapes,want_shape,want_strides", [
+    ((65536, 4096), [(65536, 4096), (4096,)], (65536, 4096), [(4096, 1), (0, 1)]),          # row bias
+    ((64, 256, 128, 128), [(64, 256, 128, 128), (256, 1, 1)], (64, 256, 16384),
+     [(256 * 16384, 16384, 1), (0, 1, 0)]),                                                  # channel bias
+    ((8, 1, 5), [(8, 1, 5), (8, 1, 5)], (40,), [(1,), (1,)]),                               # same shape
+    ((4, 5), [(4, 5), ()], (20,), [(1,), (0,)]),                                            # scalar
+    ((1, 1), [(1, 1)], (1,), [(0,)]),
+])
+def test_collapse(shape, in_shapes, want_shape, want_strides):
+    got_shape, got_strides = collapse(shape, [broadcast_strides(s, shape) for s in in_shapes])
+    assert got_shape == want_shape and got_strides == want_strides
+
+
+# ---- whole calls over the stand-ins -------------------------------------------------------------------
+
+@pytest.fixture
+def fakes(monkeypatch, transfer_limits):
+    transfer_limits(pinned_bytes=2 << 20, device_bytes=256 * 1024, threads=3, small_bytes=4096)
+    yield install_all(monkeypatch)
+    pyew.transfer.release()
+
+
+@needs_lib
+@pytest.mark.parametrize("n", [0, 1, 1000, 300_001])
+def test_numpy_calls(fakes, n, rng):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    np.testing.assert_array_equal(pyew.add(x, y), x + y)
+    np.testing.assert_allclose(pyew.sigmoid(x), 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
+    out = np.zeros(n, np.float32)
+    assert pyew.mul(x, 2.0, out=out) is out
+    np.testing.assert_array_equal(out, x * 2)
+    xs = np.repeat(x, 2)[::2]
+    np.testing.assert_array_equal(pyew.relu(xs), np.maximum(x, 0))
+
+
+@needs_lib
+def test_device_calls_and_astype(fakes, rng):
+    a = rng.standard_normal(5000).astype(np.float32)
+    d = pyew.asarray(a)
+    r = pyew.add(d, d)
+    assert isinstance(r, pyew.DeviceArray)
+    np.testing.assert_array_equal(r.get(), a + a)
+    np.testing.assert_array_equal(d.astype("float16").get(), a.astype(np.float16))
+    np.testing.assert_array_equal(pyew.add(d, a).get(), a + a)        # mixed host and device
+
+
+@needs_lib
+def test_relu_mask_streams_its_bitmask(fakes, rng):
+    n = 100_000 + 5
+    x = rng.standard_normal(n).astype(np.float32)
+    y, m = pyew.relu_mask(x)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    bits = ((m[:, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(-1)[:n].astype(bool)
+    np.testing.assert_array_equal(bits, x > 0)
+    g = rng.standard_normal(n).astype(np.float32)
+    np.testing.assert_array_equal(pyew.relu_mask_backward(g, m), np.where(x > 0, g, 0))
+
+
+@needs_lib
+def test_errors_change_nothing(fakes, rng):
+    x = rng.standard_normal(100).astype(np.float32)
+    out = np.full(100, 7.0, np.float32)
+    with pytest.raises(ValueError, match="result is float32 \\(100,\\)"):
+        pyew.relu(x, out=np.empty(99, np.float32))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        pyew.elu(x, beta=1.0, out=out)
+    with pytest.raises(OverflowError, match="int64"):
+        pyew.add(np.arange(3), 2**70)
+    with pytest.raises(TypeError, match="takes 2 input"):
+        pyew.add(x)
+    with pytest.raises(TypeError, match="stream must be a pyew.Stream"):
+        pyew.relu(x, stream=5)
+    with pytest.raises(TypeError, match="not an array or number"):
+        pyew.relu(object())
+    np.testing.assert_array_equal(out, 7.0)

@@ -1,0 +1,111 @@
+"""Foreign arrays without a GPU: the CUDA Array Interface and DLPack import paths, with the
+runtime's CUDA calls faked (tests/fake_cuda.py) and objects that look like other libraries'."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from pyew import dlpack, dtypes as dt, interop
+
+from .fake_cuda import install
+
+
+class _S:
+    cu = 0
+    handle = 0
+
+
+class FakeCAI:
+    def __init__(self, ptr, shape, typestr, strides=None, stream=None, read_only=False, version=3, mask=None):
+        self.cai = {"shape": shape, "typestr": typestr, "data": (ptr, read_only),
+                    "strides": strides, "version": version, "mask": mask}
+        if stream is not None:
+            self.cai["stream"] = stream
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.cai
+
+
+class FakeTensor:
+    """Has DLPack like torch: the capsule is pyew's own exporter over some memory."""
+    __module__ = "torch"
+
+    def __init__(self, ptr, shape, info, versioned=True):
+        self.ptr, self.shape, self.info, self.versioned = ptr, shape, info, versioned
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None):
+        self.streams.append(stream)
+        return dlpack.export(self.ptr, self.shape, self.info, 0, self,
+                             versioned=self.versioned and max_version is not None)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return install(monkeypatch)
+
+
+def test_cai_import(fake):
+    buf = np.arange(12, dtype=np.float32)
+    obj = FakeCAI(buf.ctypes.data, (3, 4), "<f4", stream=1)
+    d = interop.import_device(obj, _S(), "op", "x")
+    assert d.ptr == buf.ctypes.data and d.shape == (3, 4) and d.dtype == np.float32
+    assert d.owner is obj
+
+
+def test_cai_refusals(fake):
+    buf = np.zeros(16, np.float32)
+    with pytest.raises(ValueError, match="non-contiguous FakeCAI"):
+        interop.import_device(FakeCAI(buf.ctypes.data, (4, 2), "<f4", strides=(16, 8), stream=1), _S(), "op", "x")
+    with pytest.raises(TypeError, match="bfloat16 cannot travel"):
+        interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<V2", stream=1), _S(), "op", "x")
+    with pytest.raises(TypeError, match="complex64"):
+        interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<c8", stream=1), _S(), "op", "x")
+    with pytest.raises(TypeError, match="masked"):
+        interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<f4", stream=1, mask=object()), _S(), "op", "x")
+    with pytest.raises(ValueError, match="stream 0"):
+        interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<f4", stream=0), _S(), "op", "x")
+
+
+def test_cai_strides_of_a_contiguous_array_are_fine(fake):
+    buf = np.zeros(8, np.float64)
+    d = interop.import_device(FakeCAI(buf.ctypes.data, (2, 4), "<f8", strides=(32, 8), stream=1), _S(), "op", "x")
+    assert d.shape == (2, 4)
+
+
+def test_dlpack_import_passes_our_stream_and_owns_the_tensor(fake):
+    buf = np.arange(6, dtype=np.float16)
+    t = FakeTensor(buf.ctypes.data, (2, 3), dt.BY_NAME["bfloat16"])
+    d = interop.import_device(t, _S(), "op", "x")
+    assert t.streams == [1], "the legacy default stream is passed as 1"
+    assert d.ptr == buf.ctypes.data and d.shape == (2, 3) and d._info is dt.BY_NAME["bfloat16"]
+    assert dlpack.live_exports() == 1
+    del d
+    gc.collect()
+    assert dlpack.live_exports() == 0, "dropping the DeviceArray runs the producer's deleter"
+
+
+def test_dlpack_legacy_capsule(fake):
+    buf = np.arange(4, dtype=np.int64)
+    t = FakeTensor(buf.ctypes.data, (4,), dt.BY_NAME["int64"], versioned=False)
+    d = interop.import_device(t, _S(), "op", "x")
+    assert d.dtype == np.int64 and d.shape == (4,)
+
+
+def test_host_objects_are_not_imported(fake):
+    assert interop.import_device([1, 2, 3], _S(), "op", "x") is None
+    assert interop.import_device(np.ones(3), _S(), "op", "x") is None
+
+
+def test_capsule_consumed_twice_is_refused():
+    a = np.arange(3.0)
+    cap = a.__dlpack__()
+    dlpack.consume(cap)
+    with pytest.raises(BufferError, match="already consumed"):
+        dlpack.consume(cap)

@@ -1,0 +1,182 @@
+"""GPU arrays of other libraries in and out: PyTorch and CuPy (on the GPU machines), JAX and Numba
+where present. Zero copy, streams honoured, lifetimes kept, bfloat16 through DLPack."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import pyew
+from pyew import dlpack
+
+from .helpers import poison, random_array
+
+pytestmark = pytest.mark.gpu
+
+
+def test_torch_tensors_in_and_out(torch_cuda, rng):
+    torch = torch_cuda
+    a = random_array(rng, 10007, "float32")
+    t = torch.from_numpy(a).cuda()
+    r = pyew.relu(t)
+    assert isinstance(r, pyew.DeviceArray)
+    np.testing.assert_array_equal(r.get(), np.maximum(a, 0))
+    out = torch.full_like(t, float("nan"))
+    assert pyew.add(t, t, out=out) is not None
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), a + a)
+    d = pyew.asarray(t)                                    # no copy
+    assert d.ptr == t.data_ptr() and d.shape == tuple(t.shape)
+    d2 = pyew.from_dlpack(t)
+    assert d2.ptr == t.data_ptr()
+    # mixed with a DeviceArray and a numpy array: a GPU call
+    m = pyew.add(t, a)
+    np.testing.assert_array_equal(m.get(), a + a)
+
+
+def test_torch_non_contiguous_names_the_fix(torch_cuda):
+    t = torch_cuda.ones((64, 32), device="cuda").T
+    with pytest.raises(ValueError, match=r"non-contiguous Tensor.*\.contiguous\(\)"):
+        pyew.relu(t)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64", "int32", "int64"])
+def test_dlpack_round_trip_with_torch(torch_cuda, dtype, rng):
+    torch = torch_cuda
+    tdt = getattr(torch, dtype)
+    a = random_array(rng, 4099, dtype if dtype != "bfloat16" else "float32")
+    t = torch.from_numpy(a).cuda().to(tdt)
+    y = pyew.relu(t)                                          # in through __dlpack__
+    back = torch.from_dlpack(y)                               # out through the versioned capsule
+    assert back.dtype == tdt and back.data_ptr() == y.ptr
+    assert torch.equal(back, torch.relu(t))
+    legacy = torch.utils.dlpack.from_dlpack(y.__dlpack__())   # the legacy capsule
+    assert torch.equal(legacy, back)
+
+
+def test_dlpack_export_arguments(torch_cuda, rng):
+    a = random_array(rng, 100, "float32")
+    d = pyew.asarray(a)
+    cap = d.__dlpack__(max_version=(1, 0))
+    assert b"dltensor_versioned" in repr(cap).encode()
+    cap = d.__dlpack__()
+    assert '"dltensor"' in repr(cap)
+    c = torch_cuda.utils.dlpack.from_dlpack(d.__dlpack__(copy=True))
+    assert c.data_ptr() != d.ptr and np.array_equal(c.cpu().numpy(), a)
+    assert d.__dlpack_device__() == (dlpack.KDL_CUDA, pyew.device_info()["ordinal"])
+    with pytest.raises(BufferError, match="only to its GPU"):
+        d.__dlpack__(dl_device=(1, 0))
+    with pytest.raises(BufferError, match="other than 0"):
+        d.__dlpack__(stream=0)
+
+
+def test_exported_array_outlives_the_device_array(torch_cuda, rng):
+    torch = torch_cuda
+    a = random_array(rng, 1 << 20, "float32")
+    d = pyew.asarray(a)
+    t = torch.from_dlpack(d)
+    cai = torch.as_tensor(pyew.asarray(a), device="cuda")     # through the CUDA Array Interface
+    del d
+    gc.collect()
+    junk = [pyew.asarray(np.zeros(1 << 20, np.float32)) for _ in range(4)]   # would reuse freed memory
+    pyew.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), a)
+    np.testing.assert_array_equal(cai.cpu().numpy(), a)
+    del t, cai, junk
+    gc.collect()
+    assert dlpack.live_exports() == 0, "the consumer's deleter released the export"
+
+
+def test_torch_producer_stream_is_waited_for(torch_cuda):
+    """A tensor still being written on a torch side stream: pyew (on the legacy default stream)
+    must see the finished values, through DLPack's stream handshake, without a device sync."""
+    torch = torch_cuda
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.empty(1 << 22, device="cuda")
+        torch.cuda._sleep(200_000_000)                     # keeps the side stream busy
+        x.fill_(3.0)
+        y = pyew.scale(x, alpha=2.0)                        # inside: the producer stream is `side`
+    got = y.get()
+    assert np.all(got == 6.0)
+
+
+def test_cupy_arrays_and_stream(cupy, rng):
+    cp = cupy
+    a = random_array(rng, 5000, "float16")
+    x = cp.asarray(a)
+    np.testing.assert_array_equal(pyew.relu(x).get(), np.maximum(a, 0))
+    out = cp.zeros_like(x)
+    pyew.mul(x, x, out=out)
+    np.testing.assert_array_equal(cp.asnumpy(out), a * a)
+    back = cp.asarray(pyew.relu(x))                           # CuPy reads the CUDA Array Interface
+    np.testing.assert_array_equal(cp.asnumpy(back), np.maximum(a, 0))
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        big = cp.ones(1 << 24, cp.float32)
+        for _ in range(20):
+            big = big * 1.0 + 1.0                          # work queued on s
+        r = pyew.add(big, big)                             # CAI v3 stream = s: waited for
+    assert np.all(r.get() == 42.0)
+
+
+def test_cupy_bad_inputs(cupy):
+    x = cupy.ones((8, 8), cupy.float32)[:, ::2]
+    with pytest.raises(ValueError, match="non-contiguous"):
+        pyew.relu(x)
+    with pytest.raises(TypeError, match="complex"):
+        pyew.relu(cupy.ones(4, cupy.complex64))
+
+
+def test_cuda_array_interface_export(rng):
+    d = pyew.asarray(random_array(rng, 10, "float32"))
+    cai = d.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["stream"] == 1 and cai["data"] == (d.ptr, False)
+    s = pyew.Stream()
+    e = pyew.relu(d, stream=s)
+    assert e.__cuda_array_interface__["stream"] == s.handle
+
+
+def test_jax_arrays(jax_gpu, rng):
+    import jax.numpy as jnp
+    a = random_array(rng, 1000, "float32")
+    x = jnp.asarray(a)
+    np.testing.assert_array_equal(pyew.relu(x).get(), np.maximum(a, 0))
+    b = jnp.asarray(a).astype(jnp.bfloat16)
+    y = pyew.relu(b)
+    back = jnp.from_dlpack(y)
+    assert back.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(jnp.maximum(b, 0)))
+
+
+def test_numba_device_arrays(rng):
+    cuda = pytest.importorskip("numba.cuda")
+    if not cuda.is_available():
+        pytest.skip("numba sees no GPU")
+    a = random_array(rng, 1000, "float64")
+    x = cuda.to_device(a)
+    np.testing.assert_array_equal(pyew.relu(x).get(), np.maximum(a, 0))
+    d = pyew.asarray(a)
+    v = cuda.as_cuda_array(d)
+    np.testing.assert_array_equal(v.copy_to_host(), a)
+
+
+def test_special_ops_take_foreign_arrays(torch_cuda, rng):
+    torch = torch_cuda
+    a = random_array(rng, 4096, "float32")
+    t = torch.from_numpy(a).cuda()
+    y, m = pyew.relu_mask(t)
+    dx = pyew.relu_mask_backward(t, m)
+    np.testing.assert_array_equal(dx.get(), np.where(a > 0, a, 0))
+    r = pyew.dot(t, t).get()
+    np.testing.assert_allclose(r, np.dot(a.astype(np.float64), a), rtol=1e-4)
+    x4 = torch.from_numpy(a.reshape(4, 4, 16, 16)).cuda()
+    np.testing.assert_array_equal(pyew.upsample_nearest2d(x4).get(),
+                                  a.reshape(4, 4, 16, 16).repeat(2, 2).repeat(2, 3))
+    dst = torch.zeros(10, device="cuda")
+    pyew.scatter_add(dst, torch.tensor([1, 1, 3], device="cuda"), torch.ones(3, device="cuda"))
+    assert dst.cpu().tolist() == [0, 2, 0, 1, 0, 0, 0, 0, 0, 0]
+    out = poison(pyew.empty(4096, "float32"))
+    pyew.relu_mask_backward(t, m, out=out)
+    np.testing.assert_array_equal(out.get(), np.where(a > 0, a, 0))
