@@ -1,6 +1,8 @@
+# make test                install what is missing, build, run the tests (the README's test command)
+# make demo                install what is missing, build, run the demo on the GPU
 # make all                 generate from the spec and build build/libew.so
 # make all SPEC="libew/ops.toml my_ops.toml"   add your own ops
-# make test | demo | bench | sweep | clean
+# make lint | bench | sweep | wheel | clean
 SPEC ?= libew/ops.toml
 PYTHON ?= python3
 NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
@@ -14,12 +16,17 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 HEADERS := $(wildcard libew/*.cuh libew/*.h)
 LIBEW_SOURCES := $(wildcard libew/*.cu)
 
-.PHONY: all generate test demo bench sweep clean
+.PHONY: all generate deps test demo lint bench sweep wheel clean
 
 all: generate
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew.so
 
-generate:
+# Python packages, from pyproject.toml: what the generator needs, and for demo/test what pyew and
+# the tests need. Installs only what is missing.
+deps:
+	@$(PYTHON) scripts/deps.py build
+
+generate: deps
 	$(PYTHON) -m generator --out $(BUILD) $(SPEC)
 
 -include $(BUILD)/gen/sources.mk
@@ -46,13 +53,25 @@ $(BUILD)/obj/libew_%.o: libew/%.cu
 -include $(OBJS:.o=.d)
 
 test:
+	@$(PYTHON) scripts/deps.py run build test
+	@$(MAKE) --no-print-directory all
 	$(PYTHON) -m pytest -q tests
 
 demo:
+	@$(PYTHON) scripts/deps.py run build
+	@$(MAKE) --no-print-directory all
 	$(PYTHON) examples/demo.py
 
-bench:
+lint:
+	@$(PYTHON) scripts/deps.py test
+	$(PYTHON) -m ruff check .
+
+bench: all
 	$(PYTHON) -m pyew bench
+
+# a wheel with libew.so inside (nvcc needed); SPEC=... builds other specs in
+wheel:
+	PYEW_SPEC="$(SPEC)" $(PYTHON) -m pip wheel --no-deps -w dist .
 
 # launch-shape sweep of the map kernel (benchmarks/template_sweep.cu); runs on the GPU. It uses
 # the default spec's gelu, gelu_tanh and elu device functions from $(BUILD)/gen/fn.

@@ -1,5 +1,5 @@
 // Runtime helpers exported next to the generated kernels: CUDA error names for pyew's exceptions,
-// and a fill kernel that broadcasts a scalar operand to a buffer.
+// a fill kernel that broadcasts a scalar operand to a buffer, and blocking waits.
 #include "ew_api.h"
 #include "elementwise.cuh"
 
@@ -37,4 +37,14 @@ EW_API int ew_fill(void* out, int64_t n, int itemsize, uint64_t bits, void* stre
     case 8: return fill<uint64_t>(l, out, n, bits);
     default: return cudaErrorInvalidValue;
   }
+}
+
+// Host waits for pyew's transfer workers. Called through ctypes, which lets go of Python's GIL for
+// the call, so while one worker waits for its copies the others keep copying.
+EW_API int ew_event_synchronize(void* event) {
+  return cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+}
+
+EW_API int ew_stream_synchronize(void* stream) {
+  return cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
 }

@@ -11,7 +11,6 @@ is loaded on first use, so `import pyew` itself needs neither the library nor a 
 """
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _dist_version
 
 from . import dtypes, kinds as _kinds, library
 from .array import DeviceArray, empty, zeros
@@ -19,11 +18,7 @@ from .errors import CudaError, LibraryError, NoDeviceError, PyewError
 from .interop import asarray, from_dlpack
 from .runtime import Stream, current_stream, device_info, synchronize
 from .transfer import set_transfer_limits, transfer_limits
-
-try:
-    __version__ = _dist_version("pyew")
-except PackageNotFoundError:      # a checkout that was never installed
-    __version__ = "0.2.0"
+from .version import __version__
 
 __all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "Stream", "current_stream",
            "synchronize", "device_info", "ops", "set_transfer_limits", "transfer_limits", "PyewError",

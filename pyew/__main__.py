@@ -6,8 +6,10 @@ import importlib
 import sys
 
 COMMANDS = {
-    "bench": ("pyew.bench.cli", "benchmark every op against the copy ceiling, a naive kernel, "
-                                "PyTorch and CuPy"),
+    "info": ("pyew.cli_info:info", "version, library path, ABI, op count, build flags, device"),
+    "ops": ("pyew.cli_info:ops", "a table of the loaded library's ops, their dtypes and params"),
+    "bench": ("pyew.bench.cli:main", "benchmark every op against the copy ceiling, a naive kernel, "
+                                     "PyTorch, CuPy, numpy and numexpr"),
 }
 
 
@@ -27,7 +29,12 @@ def main(argv=None) -> int:
     if cmd is None:
         print(f"python -m pyew: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    return importlib.import_module(cmd[0]).main(argv[1:])
+    module, func = cmd[0].split(":")
+    try:
+        return getattr(importlib.import_module(module), func)(argv[1:])
+    except BrokenPipeError:          # `python -m pyew ops | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from . import dtypes as dt
 from . import runtime as rt
 from .errors import CudaError, LibraryError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _PACKAGE = Path(__file__).resolve().parent
 _REPO = _PACKAGE.parent
 BUNDLED = _PACKAGE / "_lib" / "libew.so"
@@ -131,7 +131,7 @@ class Library:
             self.cdll = ctypes.CDLL(str(path))
         except OSError as e:
             raise LibraryError(f"cannot load {path}: {e}; run `make all` in the pyew checkout") from None
-        for sym in ("ew_abi_version", "ew_manifest", "ew_error_name", "ew_fill"):
+        for sym in ("ew_abi_version", "ew_manifest"):
             if not hasattr(self.cdll, sym):
                 raise LibraryError(f"{path} is not a libew library (no {sym}); run `make all` in the "
                                    "pyew checkout, or set PYEW_LIB to a built libew.so")
@@ -146,11 +146,14 @@ class Library:
             raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; "
                                f"rebuild it: {self.build_command}")
         self._check_fresh(raw)
-        self.cdll.ew_error_name.restype = ctypes.c_char_p
-        self.cdll.ew_error_name.argtypes = [ctypes.c_int]
+        self._declare("ew_error_name", [ctypes.c_int]).restype = ctypes.c_char_p
         self.fill = self._declare("ew_fill", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
                                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
         self.manifest = self._parse(raw)
+        # cuda-python may hold the GIL in blocking waits; these ctypes calls never do
+        ev_sync = self._declare("ew_event_synchronize", [ctypes.c_void_p])
+        st_sync = self._declare("ew_stream_synchronize", [ctypes.c_void_p])
+        rt.use_blocking_waits(lambda ev: ev_sync(int(ev)), lambda st: st_sync(int(st)))
 
     def _declare(self, symbol, argtypes):
         try:

@@ -123,7 +123,7 @@ class Stream:
         self.handle = int(self.cu)
 
     def synchronize(self) -> None:
-        check(_rt.cudaStreamSynchronize(self.cu), "cudaStreamSynchronize")
+        _stream_sync(self.cu)
 
     def __enter__(self):
         _current.stack.append(self)
@@ -153,7 +153,7 @@ class _DefaultStream:
 
     def synchronize(self) -> None:
         device()
-        check(_rt.cudaStreamSynchronize(self.cu), "cudaStreamSynchronize")
+        _stream_sync(self.cu)
 
     def __repr__(self):
         return "<pyew default stream>"
@@ -202,7 +202,7 @@ class Event:
         check(_rt.cudaEventRecord(self.cu, stream_cu), "cudaEventRecord")
 
     def synchronize(self) -> None:
-        check(_rt.cudaEventSynchronize(self.cu), "cudaEventSynchronize")
+        _event_sync(self.cu)
 
     def done(self) -> bool:
         err = _rt.cudaEventQuery(self.cu)[0]
@@ -218,6 +218,37 @@ class Event:
         if self.cu is not None and _rt is not None and not sys.is_finalizing():
             _rt.cudaEventDestroy(self.cu)
             self.cu = None
+
+
+def _cuda_python_event_sync(ev) -> None:
+    check(_rt.cudaEventSynchronize(ev), "cudaEventSynchronize")
+
+
+def _cuda_python_stream_sync(st) -> None:
+    check(_rt.cudaStreamSynchronize(st), "cudaStreamSynchronize")
+
+
+_event_sync = _cuda_python_event_sync
+_stream_sync = _cuda_python_stream_sync
+
+
+def use_blocking_waits(event_sync, stream_sync) -> None:
+    """Host waits through functions that release the GIL while they block (libew's, called with
+    ctypes): the transfer engine's workers wait for their copies without stopping each other.
+    Each returns a cudaError_t value."""
+    global _event_sync, _stream_sync
+
+    def ev(e):
+        rc = event_sync(e)
+        if rc:
+            check((_rt.cudaError_t(rc),), "cudaEventSynchronize")
+
+    def st(s):
+        rc = stream_sync(s)
+        if rc:
+            check((_rt.cudaError_t(rc),), "cudaStreamSynchronize")
+
+    _event_sync, _stream_sync = ev, st
 
 
 def wait_event(stream_cu, event: Event) -> None:
@@ -337,7 +368,7 @@ def new_stream():
 
 
 def stream_synchronize(stream_cu) -> None:
-    check(_rt.cudaStreamSynchronize(stream_cu), "cudaStreamSynchronize")
+    _stream_sync(stream_cu)
 
 
 def destroy_stream(stream_cu) -> None:

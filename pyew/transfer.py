@@ -56,6 +56,12 @@ class Limits:
 
 _limits = Limits()
 _MIN_SMALL_PINNED = 64 * 1024
+_MIN_BLOCK_BYTES = 1 * _MiB          # all operands of one block together, at least
+
+
+def small_bytes() -> int:
+    """The one-shot threshold: calls moving fewer bytes than this skip the workers."""
+    return _limits.small_bytes
 
 
 def transfer_limits() -> dict:
@@ -279,7 +285,7 @@ def to_device(host: np.ndarray, dptr: int, stream) -> None:
         if _limits.mode == "register" and flat is not None:
             _registered(host, lambda: rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu), stream)
             return
-        per = max(1, _ring_slot_bytes() // host.dtype.itemsize)
+        per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
         def work(lane: _Lane, block):
             part = host[block] if flat is None else flat[block[0]]
@@ -325,7 +331,7 @@ def to_host(dptr: int, host: np.ndarray, stream) -> None:
         if _limits.mode == "register" and flat is not None:
             _registered(host, lambda: rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu), stream)
             return
-        per = max(1, _ring_slot_bytes() // host.dtype.itemsize)
+        per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
         def work(lane: _Lane, block):
             part = host[block] if flat is None else flat[block[0]]
@@ -337,6 +343,13 @@ def to_host(dptr: int, host: np.ndarray, stream) -> None:
 
         shape = (host.size,) if flat is not None else host.shape
         _run_workers(list(chunks(shape, per)), work, stream, join=False)
+
+
+def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
+    """Elements per block of a one-way copy: what a slot holds, split over the workers, not
+    below _MIN_BLOCK_BYTES."""
+    per = max(1, slot_bytes // itemsize)
+    return max(1, min(per, max(_MIN_BLOCK_BYTES // itemsize, -(-n // _limits.threads))))
 
 
 def _block_offset(shape, block) -> int:
@@ -496,7 +509,9 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         slot = _ring_slot_bytes()
         per_host = int((slot - _ALIGN * (len(inputs) + len(outputs) + 1)) / max(per_elem, 1e-9))
         per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
-        per = max(align, min(per_host, per_dev) // align * align)
+        # enough blocks for every worker, but none so small that per-block costs show
+        spread = max(int(_MIN_BLOCK_BYTES / per_elem), -(-n // _limits.threads))
+        per = max(align, min(per_host, per_dev, spread) // align * align)
         blocks = list(chunks(space, per))
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
@@ -595,36 +610,53 @@ def _stream_small(inputs, outputs, shape, kernel, stream, buf: Pinned, out_scale
     space = (n,) if flat else shape
     block = tuple(slice(0, d) for d in space)
     ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
+
+    def launch(dptrs, optrs, st):
+        kernel(DeviceChunk(tuple(dptrs), tuple(tuple(v.shape) for v in ins), tuple(optrs),
+                           tuple(tuple(v.shape) for v in outs), st))
+
+    return _one_shot(ins, outs, launch, stream, buf)
+
+
+def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream) -> bool:
+    """The small-call path: copy `inputs` up through the small pinned buffer, launch(dptrs, optrs,
+    stream), copy the results into `outputs` and wait. False (nothing done) if they do not fit."""
+    need = sum(_round(a.nbytes) for a in inputs) + sum(_round(o.nbytes) for o in outputs)
+    if need > _limits.small_bytes:
+        return False
+    with _small_lock:
+        return _one_shot(inputs, outputs, launch, stream, _small_buffer())
+
+
+def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
     need = sum(_round(v.nbytes) for v in ins) + sum(_round(v.nbytes) for v in outs)
     if need > buf.nbytes:
         return False
-    dev_bytes = need
-    dbase = rt.malloc(dev_bytes, stream)
+    dbase = rt.malloc(need, stream)
     try:
         off = 0
-        dptrs, dshapes = [], []
+        dptrs = []
         for v in ins:
             np.copyto(buf.array(off, v.dtype, v.shape), v)
             dptrs.append(dbase + off)
-            dshapes.append(tuple(v.shape))
             off += _round(v.nbytes)
         if off:
             rt.copy_htod(dbase, buf.ptr, off, stream.cu)
-        optrs, oshapes, offs = [], [], []
+        first = off
+        optrs = []
         for v in outs:
             optrs.append(dbase + off)
-            oshapes.append(tuple(v.shape))
-            offs.append(off)
             off += _round(v.nbytes)
-        kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), stream))
-        first = offs[0] if offs else off
+        launch(dptrs, optrs, stream)
         if off > first:
             rt.copy_dtoh(buf.ptr + first, dbase + first, off - first, stream.cu)
         rt.stream_synchronize(stream.cu)
-        for v, o in zip(outs, offs):
+        o = first
+        for v in outs:
             np.copyto(v, buf.array(o, v.dtype, v.shape))
+            o += _round(v.nbytes)
     finally:
-        rt.free(dbase, stream, dev_bytes)
+        rt.free(dbase, stream, need)
     return True
 
 

@@ -54,6 +54,7 @@ def assert_matches(out: np.ndarray, ref64: np.ndarray, out_dtype: dt.DType, what
         assert bad.size == 0, f"{what}: {bad.size} wrong, first at {bad[0]}: {out.flat[bad[0]]} != {want.flat[bad[0]]}"
         return
     o64 = out.astype(np.float64)
+    ref64 = ref64.astype(np.float64)      # an int64 reference (casts of ints) compares as floats
     nan_ref, nan_out = np.isnan(ref64), np.isnan(o64)
     bad = np.flatnonzero(nan_ref != nan_out)
     assert bad.size == 0, (f"{what}: NaN mismatch at {bad.size} places, first {bad[0]}: "

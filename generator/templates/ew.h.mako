@@ -10,6 +10,8 @@ EW_API int ew_abi_version(void);
 EW_API const char* ew_manifest(void);
 EW_API const char* ew_error_name(int code);
 EW_API int ew_fill(void* out, int64_t n, int itemsize, uint64_t bits, void* stream, int sms, int threads_per_sm);
+EW_API int ew_event_synchronize(void* event);
+EW_API int ew_stream_synchronize(void* stream);
 % for k in kernels:
 %   for e in k.entries():
 EW_API int ${e.symbol}(${prototype(e)});  /* ${k.op.name} ${k.dtype.name}${'' if e.role == 'forward' else ' ' + e.role} */
