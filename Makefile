@@ -27,7 +27,7 @@ OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(GEN_SOURCES)) \
         $(patsubst libew/%.cu,$(BUILD)/obj/libew_%.o,$(LIBEW_SOURCES))
 
 CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Xcompiler -fPIC,-fvisibility=hidden \
-          -Ilibew -I$(BUILD)/gen -MMD -MP
+          -Ilibew -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 
 $(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@

@@ -15,6 +15,7 @@ from pathlib import Path
 from pyew import dtypes as dt
 from pyew.names import RESERVED as PYEW_RESERVED
 
+from . import abi
 from .kinds import KINDS, Kind
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,10 +40,6 @@ class Param:
     name: str
     type: str                       # "float" or "int"
     default: float | int | None     # None: the caller must pass it
-
-    @property
-    def c_abi(self) -> str:
-        return "double" if self.type == "float" else "int64_t"
 
 
 @dataclass(frozen=True)
@@ -82,13 +79,13 @@ class Op:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One (op, dtype) instantiation; its procedural name is its identity."""
+    """One (op, dtype) instantiation; its procedural name is its identity (and its .cu's name)."""
     op: Op
     dtype: dt.DType
 
     @property
     def name(self) -> str:
-        return f"ew_{self.op.name}_{self.dtype.token}"
+        return abi.symbol(self.op.name, self.dtype)
 
     @property
     def out_dtype(self) -> dt.DType:

@@ -90,3 +90,57 @@ def test_render_error_shows_template():
     from generator import render
     with pytest.raises(render.GeneratorError, match=r"rendering fn.cuh.mako failed:(.|\n)*NameError"):
         render.render("fn.cuh.mako")   # strict_undefined: a missing name is an error, not ''
+
+
+# ---- one C ABI: symbols, prototypes and definitions from generator/abi.py ---------------------
+
+def test_every_definition_matches_its_declaration_in_ew_h(tmp_path):
+    """Each generated source includes ew.h, and each EW_API definition in it is spelled exactly as
+    ew.h declares it (nvcc checks the same, see test_generator_nvcc.py)."""
+    from generator import abi
+    spec = load([ROOT / "libew/ops.toml", ROOT / "examples/my_ops.toml"])
+    generate(spec, tmp_path)
+    header = (tmp_path / "ew.h").read_text()
+    declared = {line.split("  /*")[0] for line in header.splitlines() if line.startswith("EW_API ")}
+    want = {abi.declaration(e) for k in spec.kernels() for e in k.entries()}
+    want |= {abi.declaration(f) for f in abi.RUNTIME}
+    assert declared == want
+    defined = set()
+    for cu in (tmp_path / "gen").glob("*.cu"):
+        text = cu.read_text()
+        assert '#include "ew.h"' in text.splitlines()[2:4], cu.name
+        defined |= {line.split(" {")[0] + ";" for line in text.splitlines() if line.startswith("EW_API ")}
+    runtime_cu = {abi.declaration(f) for f in abi.RUNTIME if f.symbol in ("ew_error_name", "ew_fill")}
+    assert defined == want - runtime_cu     # libew/runtime.cu defines those two
+
+
+def test_symbols_come_from_one_function():
+    from generator import abi, kinds
+    from pyew import dtypes as dt
+    src = (ROOT / "generator/kinds.py").read_text()
+    assert 'f"ew_' not in src
+    spec = load([ROOT / "libew/ops.toml"])
+    f16 = dt.BY_NAME["float16"]
+    syms = {e.role: e.symbol for k in spec.op("upsample_nearest2d").kernels() if k.dtype is f16 for e in k.entries()}
+    assert syms == {"forward": "ew_upsample_nearest2d_f16", "backward": "ew_upsample_nearest2d_backward_f16"}
+    assert abi.symbol("relu", f16, variant="naive") == "ew_naive_relu_f16"
+    assert abi.symbol("scatter_add", f16, "check", index="i64") == "ew_scatter_add_check_f16_i64"
+    assert [k.name for k in spec.op("dot").kernels()][0] == abi.symbol("dot", dt.BY_NAME["float32"])
+    assert abi.parameters(()) == "void" and abi.C_TYPES[abi.PARAM_KINDS["float"]] == "double"
+    assert set(kinds.KINDS) == {"map", "relu_mask", "mask_backward", "upsample_nearest2d", "dot", "scatter_add"}
+
+
+def test_ew_h_written_only_when_its_content_changes(tmp_path):
+    spec_file = tmp_path / "ops.toml"
+    spec_file.write_text((ROOT / "libew/ops.toml").read_text())
+    generate(load([spec_file]), tmp_path / "b")
+    header = tmp_path / "b/ew.h"
+    before = header.stat().st_mtime_ns
+    # an expression edit changes no prototype: ew.h (which every object depends on) stays
+    spec_file.write_text(spec_file.read_text().replace("alpha * ew::expm1<R>(x)", "alpha * (exp(x) - C(1))"))
+    generate(load([spec_file]), tmp_path / "b")
+    assert header.stat().st_mtime_ns == before
+    spec_file.write_text(spec_file.read_text().replace('name = "lambd", type = "float"', 'name = "lambd", type = "int"')
+                         .replace("default = 0.5", "default = 1"))
+    generate(load([spec_file]), tmp_path / "b")
+    assert "int64_t lambd" in header.read_text() and header.stat().st_mtime_ns != before

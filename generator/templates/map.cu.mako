@@ -1,6 +1,6 @@
 // generated from ${op.source} by generator/ -- do not edit
 // ${kernel.name}: ${op.doc}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
-#include "ew_api.h"
+#include "ew.h"
 #include "elementwise.cuh"
 #include "naive.cuh"
 #include "fn/${op.name}.cuh"
@@ -26,7 +26,7 @@ struct Fn {
 
 }  // namespace
 
-EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
+${abi.head(entry)} {
   const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
   // tuning "${tuning}" (the spec's, or the generator's guess from the expression)
   return static_cast<int>(ew::launch_map<ew::${'ComputeBoundTuning' if tuning == 'compute' else 'MemoryBoundTuning'}>(
@@ -36,7 +36,7 @@ EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op
 % for e in [e for e in entries if e.role == "naive"]:
 
 // The seeds' naive one-element-per-thread kernel of the same Fn: the benchmark's baseline only.
-EW_API int ${e.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
+${abi.head(e)} {
   (void)sms;
   (void)threads_per_sm;
   const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
