@@ -59,10 +59,6 @@ class Op:
     calls: tuple[str, ...] = ()                # other ops this expression calls
     tuning: str | None = None                  # "memory" | "compute"; None: see op_tuning
 
-    @property
-    def arity(self) -> int:
-        return len(self.inputs)
-
     def out_dtype(self, dtype: dt.DType) -> dt.DType:
         return dt.BY_NAME[self.out] if self.out else dtype
 
