@@ -347,13 +347,13 @@ def _check_calls(ops):
 TUNINGS = ("memory", "compute")
 # Calls that cost a few instructions at most: they leave an op "memory".
 _CHEAP_CALLS = {"C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf",
-                "abs", "copysign", "copysignf"}
+                "abs", "copysign", "copysignf", "ew::wrap_add", "ew::wrap_sub", "ew::wrap_mul"}
 
 
 def op_tuning(op: Op, spec: Spec) -> str:
     """The spec's `tuning`, else "compute" when the expression calls a function (a math function,
-    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs
-    and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
+    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs,
+    the ew::wrap_* integer helpers and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
     if op.tuning is not None:
         return op.tuning
     names = {o.name for o in spec.ops}

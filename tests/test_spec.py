@@ -1,9 +1,13 @@
 """Spec parsing: the model, and an error naming file, op and field for every kind of mistake."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from generator.spec import SpecError, load, parse_text
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GOOD = '''
 [[op]]
@@ -107,3 +111,16 @@ def test_call_cycle_is_refused(tmp_path):
 def test_missing_file_is_reported(tmp_path):
     with pytest.raises(SpecError, match="cannot read spec file"):
         load([tmp_path / "nope.toml"])
+
+
+def test_int_arithmetic_of_the_default_spec_wraps():
+    """add, sub and mul compute int32/int64 in the unsigned type (numpy's wrap-around, no signed
+    overflow), through helpers that keep them "memory" ops."""
+    from generator.spec import op_tuning
+    spec = load(["libew/ops.toml"])
+    for name in ("add", "sub", "mul"):
+        assert spec.op(name).expr == f"ew::wrap_{name}(x, y)"
+        assert op_tuning(spec.op(name), spec) == "memory"
+    cuh = (ROOT / "libew/ew_math.cuh").read_text()
+    for name in ("wrap_add", "wrap_sub", "wrap_mul"):
+        assert f"__device__ __forceinline__ T {name}(T a, T b)" in cuh
