@@ -5,9 +5,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from .render import GeneratorError, generate
-from .spec import SpecError, load
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m generator",
@@ -17,6 +14,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     # Several specs may come as one space-separated argument: make all SPEC="a.toml b.toml"
     paths = [p for s in args.spec for p in s.split()]
+    try:
+        from .render import GeneratorError, generate
+        from .spec import SpecError, load
+    except ImportError as e:
+        print(f"generator: error: cannot import {e.name or e}: the generator needs mako, numpy and "
+              "ml_dtypes (pip install mako numpy ml_dtypes)", file=sys.stderr)
+        return 1
     try:
         spec = load(paths)
         counts = generate(spec, Path(args.out))

@@ -31,6 +31,8 @@ class Kind:
     max_inputs: int
     default_inputs: tuple[str, ...]
     entries: Callable
+    # the Python functions pyew binds for an op of this kind, from its name (pyew/special.py)
+    functions: Callable = lambda name: (name,)
 
 
 def _map_entries(op, d):
@@ -91,7 +93,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("mask_backward", "mask_backward.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON, FLOATS, 1, 1, ("dy",), _mask_backward_entries),
     Kind("upsample_nearest2d", "upsample_nearest2d.cu.mako", frozenset({"dtypes", "doc"}),
-         _COMMON, FLOATS, 1, 1, ("x",), _upsample_entries),
+         _COMMON, FLOATS, 1, 1, ("x",), _upsample_entries, lambda name: (name, f"{name}_backward")),
     Kind("dot", "dot.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON, ("float32", "float16", "bfloat16", "float64"), 2, 2, ("a", "b"), _dot_entries),
     Kind("scatter_add", "scatter_add.cu.mako", frozenset({"dtypes", "doc"}),

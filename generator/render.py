@@ -33,8 +33,16 @@ def abi_version() -> int:
     return int(m.group(1))
 
 
+def comment(text: str) -> str:
+    """Text safe inside a generated // or /* */ comment: it cannot end the comment, and a trailing
+    backslash cannot splice the next line into it."""
+    text = text.replace("*/", "* /").replace("??", "? ?").rstrip()
+    return text + "." if text.endswith("\\") else text
+
+
 def render(template: str, **ctx) -> str:
     ctx.setdefault("abi", abi)
+    ctx.setdefault("comment", comment)
     try:
         return _lookup.get_template(template).render(**ctx)
     except Exception:
@@ -43,16 +51,20 @@ def render(template: str, **ctx) -> str:
 
 
 def write_if_changed(path: Path, text: str) -> bool:
-    if path.exists() and path.read_text() == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GeneratorError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
     return True
 
 
 def manifest(spec: Spec) -> dict:
+    """The library's op table (pyew reads it back from the library)."""
     ops = []
     for op in spec.ops:
         ops.append({
@@ -71,10 +83,16 @@ def manifest(spec: Spec) -> dict:
             "ops": ops}
 
 
+# Generated sources mark the line of each spec expression, so that a compile error on it can be
+# traced back to the spec.
+EXPR_MARK = "// spec: expr"
+PAIR_MARK = "// spec: pair"
+
+
 def _fn_signature(op: Op) -> str:
     args = [f"C {i}" for i in op.inputs]
     for p in op.params:
-        t = "ew::id_t<C>" if p.type == "float" else "int64_t"
+        t = "::ew::id_t<C>" if p.type == "float" else "::int64_t"
         args.append(f"{t} {p.name}")
     return ", ".join(args)
 
@@ -82,13 +100,14 @@ def _fn_signature(op: Op) -> str:
 def _map_context(op: Op, kernel, spec: Spec) -> dict:
     C = kernel.dtype.compute
     ptype = lambda p: C if p.type == "float" else "int64_t"   # noqa: E731
-    call_args = ", ".join([f"ew::convert<{C}>({i})" for i in op.inputs] + [p.name for p in op.params])
+    call_args = ", ".join([f"::ew::convert<{C}>({i})" for i in op.inputs] + [f"ew_param_{p.name}" for p in op.params])
     return dict(T=kernel.dtype, Out=kernel.out_dtype, C=C, ptype=ptype, call_args=call_args,
-                pair=op.pair_expr(kernel.dtype), tuning=op_tuning(op, spec))
+                pair=op.pair_expr(kernel.dtype), tuning=op_tuning(op, spec), mark=PAIR_MARK)
 
 
 def generate(spec: Spec, out: Path) -> dict:
     """Write every generated file under `out`; returns counts of written and unchanged files."""
+    out = Path(out)
     gen = out / "gen"
     sources_label = ", ".join(Path(f.path).name for f in spec.files)
     files: dict[Path, str] = {}
@@ -96,16 +115,16 @@ def generate(spec: Spec, out: Path) -> dict:
         if op.kind == "map":
             files[gen / "fn" / f"{op.name}.cuh"] = render(
                 "fn.cuh.mako", op=op, deps=op_calls(op, spec), direct=direct_calls(op, spec),
-                signature=_fn_signature(op))
+                signature=_fn_signature(op), mark=EXPR_MARK)
         for k in op.kernels():
             ctx = dict(op=op, kernel=k, entries=k.entries())
             if op.kind == "map":
                 ctx.update(_map_context(op, k, spec), entry=k.entries()[0])
             files[gen / f"{k.name}.cu"] = render(op.kind_info.template, **ctx)
     man = manifest(spec)
-    man_json = json.dumps(man, indent=1, sort_keys=True)
-    if ")EW_MANIFEST" in man_json:
-        raise GeneratorError("the spec's text contains ')EW_MANIFEST', which would end the embedded manifest")
+    # The manifest is embedded as a raw string literal R"EW_MANIFEST(...)EW_MANIFEST"; spec text
+    # cannot end it early, because ')' is written as \u0029 there (it only occurs in JSON strings).
+    man_json = json.dumps(man, indent=1, sort_keys=True).replace(")EW_MANIFEST", "\\u0029EW_MANIFEST")
     files[gen / "ew_manifest.cu"] = render("manifest.cu.mako", sources=sources_label, manifest_json=man_json)
     files[out / "ew.h"] = render("ew.h.mako", sources=sources_label, kernels=spec.kernels())
     files[out / "manifest.json"] = man_json + "\n"
@@ -117,6 +136,9 @@ def generate(spec: Spec, out: Path) -> dict:
     removed = 0
     for stale in list(gen.glob("*.cu")) + list((gen / "fn").glob("*.cuh")):
         if stale not in files:
-            stale.unlink()
+            try:
+                stale.unlink()
+            except OSError as e:
+                raise GeneratorError(f"cannot remove {stale}: {e.strerror or e}") from None
             removed += 1
     return {"written": written, "unchanged": len(files) - written, "removed": removed}

@@ -144,3 +144,64 @@ def test_ew_h_written_only_when_its_content_changes(tmp_path):
                          .replace("default = 0.5", "default = 1"))
     generate(load([spec_file]), tmp_path / "b")
     assert "int64_t lambd" in header.read_text() and header.stat().st_mtime_ns != before
+
+
+# ---- spec paths ---------------------------------------------------------------
+
+def test_spec_path_spelling_changes_no_generated_file(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+    assert run_gen(out, "libew/ops.toml").returncode == 0
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for spelling in ("./libew/ops.toml", str(ROOT / "libew/ops.toml"), "libew/../libew/ops.toml"):
+        r = run_gen(out, spelling)
+        assert r.returncode == 0 and " 0 files written" in r.stdout, (spelling, r.stdout)
+    assert files == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    man = json.loads((out / "manifest.json").read_text())
+    assert [f["path"] for f in man["spec_files"]] == ["libew/ops.toml"]
+    assert {o["source"] for o in man["ops"]} == {"libew/ops.toml"}
+    assert "generated from libew/ops.toml by" in (out / "gen/ew_relu_f32.cu").read_text()
+
+
+def test_manifest_paths_relative_inside_the_repo_absolute_outside(tmp_path):
+    other = tmp_path / "my ops.toml"
+    other.write_text((ROOT / "examples/my_ops.toml").read_text())
+    spec = load([ROOT / "libew/ops.toml", other])
+    generate(spec, tmp_path / "b")
+    man = json.loads((tmp_path / "b/manifest.json").read_text())
+    assert [f["path"] for f in man["spec_files"]] == ["libew/ops.toml", other.resolve().as_posix()]
+    assert spec.op("softplus").source == other.resolve().as_posix()
+
+
+# ---- nothing written on failure ---------------------------------------------------------------
+
+def test_overlong_name_fails_before_anything_is_written(tmp_path):
+    bad = tmp_path / "long.toml"
+    bad.write_text(f'[[op]]\nname = "{"a" * 300}"\ninputs = ["x"]\ndtypes = ["float"]\nexpr = "x"\nref = "x"\ndoc = "d"\n')
+    r = run_gen(tmp_path / "out", ROOT / "libew/ops.toml", bad)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "long.toml: [[op]] #1: field 'name': op name 'aaaa" in r.stderr and "at most 64" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_late_error_leaves_an_existing_build_untouched(tmp_path):
+    """A spec error found only when all files are checked together (a symbol clash) still writes
+    nothing, and removes nothing, in an existing build folder."""
+    out = tmp_path / "b"
+    clash = tmp_path / "clash.toml"
+    clash.write_text('[[op]]\nname = "naive_relu"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\n'
+                     'doc = "d"\n')
+    assert run_gen(out, clash).returncode == 0                 # alone it is fine
+    assert run_gen(out, ROOT / "libew/ops.toml").returncode == 0
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    r = run_gen(out, ROOT / "libew/ops.toml", clash)           # next to relu, its symbol clashes
+    assert r.returncode == 1 and "ew_naive_relu_f32" in r.stderr
+    assert before == {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+
+
+def test_doc_cannot_break_the_generated_comment(tmp_path):
+    spec = tmp_path / "d.toml"
+    spec.write_text('[[op]]\nname = "twice"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x + x"\nref = "x + x"\n'
+                    'doc = "ends in a backslash \\\\"\n')
+    generate(load([spec]), tmp_path / "b")
+    line = (tmp_path / "b/gen/ew_twice_f32.cu").read_text().splitlines()[1]
+    assert not line.rstrip().endswith("\\")

@@ -2,8 +2,8 @@
   T = kernel.dtype
   methods = {"fast": "kFast", "half_atomic": "kHalfAtomic", "half2_pack": "kHalf2Pack"}
 %>\
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name}, accumulating in ${T.compute}; methods: ${', '.join(e.role for e in entries)}]
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name}, accumulating in ${T.compute}; methods: ${', '.join(e.role for e in entries)}]
 #include "ew.h"
 #include "reduce.cuh"
 % for e in entries:

@@ -1,4 +1,4 @@
-/* generated from ${sources} by generator/ -- do not edit */
+/* generated from ${comment(sources)} by generator/ -- do not edit */
 /* Every extern "C" entry point of libew.so. Each returns a cudaError_t value (0 = success).
    Pointers are device pointers; `stream` is a cudaStream_t; `sms` and `threads_per_sm` are the
    device's multiprocessor count and max resident threads per multiprocessor. Every generated

@@ -1,4 +1,4 @@
-// generated from ${sources} by generator/ -- do not edit
+// generated from ${comment(sources)} by generator/ -- do not edit
 // The library's own op table (the JSON manifest) and ABI version, read by pyew at load.
 #include "ew.h"
 

@@ -2,8 +2,8 @@
   T = kernel.dtype
   e = entries[0]
 %>\
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name}, dx = mask bit ? dy : +0]
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name}, dx = mask bit ? dy : +0]
 #include "ew.h"
 #include "relu_mask.cuh"
 

@@ -4,8 +4,8 @@
   x = op.inputs[0]
   addend = f"static_cast<const {T.ctype}*>({op.inputs[1]})" if len(op.inputs) > 1 else "nullptr"
 %>\
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name}, y and a 1-bit-per-element mask]
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name}, y and a 1-bit-per-element mask]
 #include "ew.h"
 #include "relu_mask.cuh"
 

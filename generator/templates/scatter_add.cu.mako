@@ -2,8 +2,8 @@
   T = kernel.dtype
   index_ctype = {"i32": "int32_t", "i64": "int64_t"}
 %>\
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name}; int32 and int64 indices]
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name}; int32 and int64 indices]
 #include "ew.h"
 #include "scatter.cuh"
 % for e in entries:

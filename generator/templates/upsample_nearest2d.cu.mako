@@ -3,8 +3,8 @@
   fwd = next(e for e in entries if e.role == "forward")
   bwd = next(e for e in entries if e.role == "backward")
 %>\
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name}, NCHW, accumulating in ${T.compute}]
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name}, NCHW, accumulating in ${T.compute}]
 #include "ew.h"
 #include "upsample.cuh"
 
