@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 from mako import exceptions
 from mako.lookup import TemplateLookup
 
 from . import abi
-from .spec import Op, Spec, direct_calls, op_calls, op_tuning
+from .spec import DEFAULT_SPEC, Op, Spec, direct_calls, op_calls, op_tuning, spec_path
 
 TEMPLATES = Path(__file__).parent / "templates"
 LIBEW = Path(__file__).resolve().parent.parent / "libew"
@@ -63,8 +64,49 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def manifest(spec: Spec) -> dict:
-    """The library's op table (pyew reads it back from the library)."""
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./,:=+@%^-]+")
+
+
+def shell_word(value: str) -> str:
+    """`value` as one shell word, quoted only when it needs to be (double quotes where they do)."""
+    if _PLAIN_WORD.fullmatch(value):
+        return value
+    if not any(c in value for c in '"$`\\!'):
+        return f'"{value}"'
+    return shlex.quote(value)
+
+
+def spec_list(paths) -> str:
+    """SPEC's value for these spec files: separated by spaces, a path with spaces (or quotes) in
+    double quotes, as the generator's --spec-list reads it back."""
+    def word(p):
+        if _PLAIN_WORD.fullmatch(p):
+            return p
+        return '"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return " ".join(word(p) for p in paths)
+
+
+def build_command(spec: Spec, out: Path, make_vars=()) -> str:
+    """The make command that rebuilds this library: `make all`, SPEC= unless it is the default
+    spec, BUILD= unless it is build/, then the given (name, value) make variables in order. Spec
+    paths and the build folder are spelled as spec_path() does, so however a path was typed, the
+    command (and every generated file) is the same."""
+    words = ["make", "all"]
+    paths = [f.path for f in spec.files]
+    if paths != [DEFAULT_SPEC]:
+        words.append("SPEC=" + shell_word(spec_list(paths)))
+    build = spec_path(out)
+    if build != "build":
+        words.append("BUILD=" + shell_word(build))
+    words += [f"{name}={shell_word(value)}" for name, value in make_vars]
+    return " ".join(words)
+
+
+def manifest(spec: Spec, command: str | None = None) -> dict:
+    """The library's op table (pyew reads it back from the library). `command` is the build command
+    it records (default: build_command(spec, Path("build")))."""
+    if command is None:
+        command = build_command(spec, Path("build"))
     ops = []
     for op in spec.ops:
         ops.append({
@@ -80,7 +122,7 @@ def manifest(spec: Spec) -> dict:
             } for k in op.kernels()],
         })
     return {"abi": abi_version(), "spec_files": [{"path": f.path, "sha256": f.sha256} for f in spec.files],
-            "ops": ops}
+            "build_command": command, "ops": ops}
 
 
 # Generated sources mark the line of each spec expression, so that a compile error on it can be
@@ -105,8 +147,9 @@ def _map_context(op: Op, kernel, spec: Spec) -> dict:
                 pair=op.pair_expr(kernel.dtype), tuning=op_tuning(op, spec), mark=PAIR_MARK)
 
 
-def generate(spec: Spec, out: Path) -> dict:
-    """Write every generated file under `out`; returns counts of written and unchanged files."""
+def generate(spec: Spec, out: Path, command: str | None = None) -> dict:
+    """Write every generated file under `out`; returns counts of written and unchanged files.
+    `command` is the build command the manifest records (default: build_command(spec, out))."""
     out = Path(out)
     gen = out / "gen"
     sources_label = ", ".join(Path(f.path).name for f in spec.files)
@@ -121,7 +164,7 @@ def generate(spec: Spec, out: Path) -> dict:
             if op.kind == "map":
                 ctx.update(_map_context(op, k, spec), entry=k.entries()[0])
             files[gen / f"{k.name}.cu"] = render(op.kind_info.template, **ctx)
-    man = manifest(spec)
+    man = manifest(spec, command if command is not None else build_command(spec, out))
     # The manifest is embedded as a raw string literal R"EW_MANIFEST(...)EW_MANIFEST"; spec text
     # cannot end it early, because ')' is written as \u0029 there (it only occurs in JSON strings).
     man_json = json.dumps(man, indent=1, sort_keys=True).replace(")EW_MANIFEST", "\\u0029EW_MANIFEST")

@@ -146,7 +146,7 @@ def test_ew_h_written_only_when_its_content_changes(tmp_path):
     assert "int64_t lambd" in header.read_text() and header.stat().st_mtime_ns != before
 
 
-# ---- spec paths ---------------------------------------------------------------
+# ---- spec paths, build command ---------------------------------------------------------------
 
 def test_spec_path_spelling_changes_no_generated_file(tmp_path, monkeypatch):
     out = tmp_path / "b"
@@ -170,6 +170,42 @@ def test_manifest_paths_relative_inside_the_repo_absolute_outside(tmp_path):
     man = json.loads((tmp_path / "b/manifest.json").read_text())
     assert [f["path"] for f in man["spec_files"]] == ["libew/ops.toml", other.resolve().as_posix()]
     assert spec.op("softplus").source == other.resolve().as_posix()
+
+
+def test_build_command(tmp_path):
+    from generator.render import build_command
+    generate(load([ROOT / "libew/ops.toml"]), tmp_path / "a")
+    man = json.loads((tmp_path / "a/manifest.json").read_text())
+    assert man["build_command"] == f"make all BUILD={(tmp_path / 'a').resolve().as_posix()}"
+    assert build_command(load(["./libew/ops.toml"]), ROOT / "build") == "make all"
+    spec = load([ROOT / "libew/ops.toml", ROOT / "examples/my_ops.toml"])
+    assert build_command(spec, ROOT / "build") == 'make all SPEC="libew/ops.toml examples/my_ops.toml"'
+    assert build_command(load([ROOT / "libew/ops.toml"]), "build", [("ARCH", "-gencode arch=compute_90,code=sm_90")]) \
+        == 'make all ARCH="-gencode arch=compute_90,code=sm_90"'
+    spaced = tmp_path / "my ops.toml"
+    spaced.write_text((ROOT / "examples/my_ops.toml").read_text())
+    cmd = build_command(load([ROOT / "libew/ops.toml", spaced]), "build")
+    assert cmd == f"make all SPEC='libew/ops.toml \"{spaced.resolve().as_posix()}\"'"
+    # the command's SPEC reads back as the same files, through the shell and then --spec-list
+    import shlex
+    value = shlex.split(cmd)[2].removeprefix("SPEC=")
+    assert shlex.split(value) == ["libew/ops.toml", spaced.resolve().as_posix()]
+
+
+def test_spec_list_argument_splits_like_shell_words(tmp_path):
+    spaced = tmp_path / "my ops.toml"
+    spaced.write_text((ROOT / "examples/my_ops.toml").read_text())
+    r = subprocess.run([sys.executable, "-m", "generator", "--out", str(tmp_path / "b"),
+                        "--spec-list", f'libew/ops.toml "{spaced}"'], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b/gen/ew_softplus_f32.cu").exists()
+    # a positional argument is one path, spaces and all
+    r = run_gen(tmp_path / "c", ROOT / "libew/ops.toml", spaced)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "generator", "--out", str(tmp_path / "d"), "--spec-list", 'a "b'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("generator: error: SPEC=") and "quotes" in r.stderr
+    assert not (tmp_path / "d").exists()
 
 
 # ---- nothing written on failure ---------------------------------------------------------------
