@@ -33,10 +33,12 @@ $(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
 
+# Generated sources compile through generator/nvcc.py: on an error it adds a line naming the spec
+# file, op and expression behind it.
 $(BUILD)/obj/%.o: $(BUILD)/gen/%.cu
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
-	@$(NVCC) $(CUFLAGS) -c $< -o $@
+	@$(PYTHON) -m generator.nvcc $(NVCC) $(CUFLAGS) -c $< -o $@
 
 $(BUILD)/obj/libew_%.o: libew/%.cu
 	@mkdir -p $(dir $@)
