@@ -2,6 +2,7 @@
 # make demo                install what is missing, build, run the demo on the GPU
 # make all                 generate from the spec and build build/libew.so
 # make all SPEC="libew/ops.toml my_ops.toml"   add your own ops
+# make all SPEC='libew/ops.toml "my ops/extra.toml"'   a path with spaces goes in double quotes
 # make lint | bench | sweep | wheel | clean
 SPEC ?= libew/ops.toml
 PYTHON ?= python3
@@ -16,10 +17,22 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 HEADERS := $(wildcard libew/*.cuh libew/*.h)
 LIBEW_SOURCES := $(wildcard libew/*.cu)
 
-.PHONY: all generate deps test demo lint bench sweep wheel clean
+# $(call shq,TEXT): TEXT as one single-quoted shell word
+shq = '$(subst ','\'',$(1))'
 
-all: generate
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew.so
+# The manifest records the command that built the library (pyew repeats it when the library is
+# stale): SPEC and BUILD from the generator's arguments, and these variables when they were given
+# on make's command line.
+RECORDED_VARS := ARCH NVCC CUDA_HOME NVCCFLAGS EXTRA_NVCCFLAGS PYTHON
+GEN_ARGS = --out $(call shq,$(BUILD)) --spec-list $(call shq,$(SPEC)) \
+           $(foreach v,$(RECORDED_VARS),$(if $(filter command line,$(origin $(v))),--make-var $(call shq,$(v)=$($(v)))))
+# Generating and building hold $(BUILD)/.lock: two builds into one folder take turns.
+LOCKED = $(PYTHON) -m generator.lock $(call shq,$(BUILD)/.lock) --
+
+.PHONY: all generate deps check-nvcc locked-all locked-generate test demo lint bench sweep wheel clean
+
+all: check-nvcc deps
+	@$(LOCKED) $(MAKE) --no-print-directory locked-all
 
 # Python packages, from pyproject.toml: what the generator needs, and for demo/test what pyew and
 # the tests need. Installs only what is missing.
@@ -27,30 +40,48 @@ deps:
 	@$(PYTHON) scripts/deps.py build
 
 generate: deps
-	$(PYTHON) -m generator --out $(BUILD) $(SPEC)
+	@$(LOCKED) $(MAKE) --no-print-directory locked-generate
+
+locked-all: locked-generate
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew.so
+
+locked-generate:
+	$(PYTHON) -m generator $(GEN_ARGS)
+
+check-nvcc:
+	@if [ -n $(call shq,$(CUDA_HOME)) ] && [ "$(origin NVCC)" = file ] && \
+	    [ ! -x $(call shq,$(CUDA_HOME)/bin/nvcc) ]; then \
+	  echo "error: CUDA_HOME=$(CUDA_HOME) has no bin/nvcc: set CUDA_HOME to the CUDA toolkit's folder" \
+	       "(the one holding bin/nvcc, e.g. /usr/local/cuda), or unset it to use the nvcc on PATH" >&2; \
+	  exit 1; fi
+	@command -v $(call shq,$(firstword $(NVCC))) >/dev/null 2>&1 || { \
+	  echo "error: nvcc not found (NVCC=$(NVCC)): install the CUDA toolkit, which provides nvcc, and" \
+	       "put its bin/ on PATH, or set CUDA_HOME=/path/to/cuda or NVCC=/path/to/nvcc" >&2; exit 1; }
 
 -include $(BUILD)/gen/sources.mk
 OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(GEN_SOURCES)) \
         $(patsubst libew/%.cu,$(BUILD)/obj/libew_%.o,$(LIBEW_SOURCES))
 
 CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Xcompiler -fPIC,-fvisibility=hidden \
-          -Ilibew -I$(BUILD)/gen -MMD -MP
+          -Ilibew -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 
 $(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
 
+# Generated sources compile through generator/nvcc.py: on an error it adds a line naming the spec
+# file, op and expression behind it.
 $(BUILD)/obj/%.o: $(BUILD)/gen/%.cu
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
-	@$(NVCC) $(CUFLAGS) -c $< -o $@
+	@$(PYTHON) -m generator.nvcc $(NVCC) $(CUFLAGS) -c $< -o $@
 
 $(BUILD)/obj/libew_%.o: libew/%.cu
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(NVCC) $(CUFLAGS) -c $< -o $@
 
--include $(OBJS:.o=.d)
+-include $(filter %.d,$(OBJS:.o=.d))
 
 test:
 	@$(PYTHON) scripts/deps.py run build test
@@ -71,7 +102,7 @@ bench: all
 
 # a wheel with libew.so inside (nvcc needed); SPEC=... builds other specs in
 wheel:
-	PYEW_SPEC="$(SPEC)" $(PYTHON) -m pip wheel --no-deps -w dist .
+	PYEW_SPEC=$(call shq,$(SPEC)) $(PYTHON) -m pip wheel --no-deps -w dist .
 
 # launch-shape sweep of the map kernel (benchmarks/template_sweep.cu); runs on the GPU. It uses
 # the default spec's gelu, gelu_tanh and elu device functions from $(BUILD)/gen/fn.

@@ -1,33 +1,35 @@
 """Parse spec files (TOML) into a frozen, validated model.
 
 Every error names the file, the op and the field, so a user with several spec files knows where to
-look. Parsing is all-or-nothing: the generator writes nothing until every file has parsed.
+look. Parsing is all-or-nothing: the generator writes nothing until every file has parsed and the
+ops of all files have been checked together (calls between ops, entry-point symbols).
 """
 from __future__ import annotations
 
+# names first: it must see pyew before anything else imports it (see generator/names.py)
+from . import names as nm  # noqa: I001
+
+import functools
 import hashlib
-import keyword
-import re
+import math
+import os
 import tomllib
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyew import dtypes as dt
-from pyew.names import RESERVED as PYEW_RESERVED
 
+from . import abi
+from . import expr as ex
 from .kinds import KINDS, Kind
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CALL = re.compile(r"(?<![:.\w])([A-Za-z_][A-Za-z0-9_]*)\s*\(")
-_ANY_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_:]*)\s*(?:<[^<>()]*>)?\s*\(")    # f( ns::f( f<R>(
-# Names the expression's scope already uses: C is the compute type, ewf the op namespace.
-_EXPR_RESERVED = {"C", "ewf", "ew", "out", "n", "stream", "i"}
-_CPP_KEYWORDS = set(
-    "alignas alignof and asm auto bool break case catch char class const constexpr continue "
-    "decltype default delete do double else enum explicit export extern false float for friend "
-    "goto if inline int long mutable namespace new noexcept not nullptr operator or private "
-    "protected public register return short signed sizeof static struct switch template this "
-    "throw true try typedef typename union unsigned using virtual void volatile while".split())
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SPEC = "libew/ops.toml"
+INT64 = (-(1 << 63), (1 << 63) - 1)
+# Characters a one-line field may not hold: control characters (C0, DEL, C1), line and paragraph
+# separators, and the bidirectional overrides that make text read differently from how it compiles.
+_BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
 
 
 class SpecError(ValueError):
@@ -40,10 +42,6 @@ class Param:
     type: str                       # "float" or "int"
     default: float | int | None     # None: the caller must pass it
 
-    @property
-    def c_abi(self) -> str:
-        return "double" if self.type == "float" else "int64_t"
-
 
 @dataclass(frozen=True)
 class Op:
@@ -52,19 +50,15 @@ class Op:
     inputs: tuple[str, ...]
     dtypes: tuple[dt.DType, ...]
     doc: str
-    source: str
+    source: str                                # the spec file, as spec_path() spells it
     expr: str = ""
     ref: str = ""
     params: tuple[Param, ...] = ()
     pair: tuple[tuple[str, str], ...] = ()    # (dtype name, paired expression)
     out: str | None = None                     # fixed output dtype name (casts)
     rtol: float | None = None                  # test tolerance override for float32/float64
-    calls: tuple[str, ...] = ()                # other ops this expression calls
+    calls: tuple[str, ...] = ()                # names the expression calls unqualified: f(...)
     tuning: str | None = None                  # "memory" | "compute"; None: see op_tuning
-
-    @property
-    def arity(self) -> int:
-        return len(self.inputs)
 
     def out_dtype(self, dtype: dt.DType) -> dt.DType:
         return dt.BY_NAME[self.out] if self.out else dtype
@@ -82,13 +76,13 @@ class Op:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One (op, dtype) instantiation; its procedural name is its identity."""
+    """One (op, dtype) instantiation; its procedural name is its identity (and its .cu's name)."""
     op: Op
     dtype: dt.DType
 
     @property
     def name(self) -> str:
-        return f"ew_{self.op.name}_{self.dtype.token}"
+        return abi.symbol(self.op.name, self.dtype)
 
     @property
     def out_dtype(self) -> dt.DType:
@@ -100,7 +94,7 @@ class Kernel:
 
 @dataclass(frozen=True)
 class SpecFile:
-    path: str
+    path: str       # spec_path(): relative to the repository root (posix) inside it, else absolute
     sha256: str
 
 
@@ -119,66 +113,131 @@ class Spec:
         return [k for o in self.ops for k in o.kernels()]
 
 
+def spec_path(path) -> str:
+    """How a spec file is named everywhere (errors, generated sources, manifest): relative to the
+    repository root in posix form when it lies inside it, else absolute. However a path is
+    spelled (./x, x, /abs/x), the same file gets the same name."""
+    p = Path(os.path.abspath(os.fspath(path)))
+    try:
+        p = p.resolve()
+    except (OSError, RuntimeError):
+        pass
+    try:
+        return p.relative_to(REPO).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
 def _fail(path, op, fld, msg):
     where = f"{path}"
     if op is not None:
-        where += f": op '{op}'"
+        where += f": op '{op}'" if nm.IDENT.fullmatch(op) else f": {op}"
     if fld is not None:
-        where += f": field '{fld}'"
+        where += f": field '{fld}'" if nm.IDENT.fullmatch(fld) else f": field {nm.show(fld)}"
     raise SpecError(f"{where}: {msg}")
 
 
-def _ident(value, path, op, fld, what):
-    if not isinstance(value, str) or not _IDENT.match(value):
-        _fail(path, op, fld, f"{what} {value!r} is not a C identifier")
-    if value in _CPP_KEYWORDS or keyword.iskeyword(value):
-        _fail(path, op, fld, f"{what} {value!r} is a C++ or Python keyword")
+def bad_character(text: str) -> str | None:
+    """A description of the first character a one-line field may not hold, or None."""
+    for i, ch in enumerate(text):
+        cat = unicodedata.category(ch)
+        if cat == "Cc" or cat in ("Zl", "Zp") or ch in _BIDI:
+            what = "a line break" if ch in "\n\r\x0b\x0c\x85\u2028\u2029" else "a control character"
+            return f"{what} ({ch!r}) at offset {i}; the field must be one line of printable text"
+    return None
+
+
+def _text(entry, key, path, op, required):
+    """A non-empty one-line string field (stripped), or '' when it is absent and optional."""
+    if key not in entry:
+        if required:
+            _fail(path, op, key, "is missing")
+        return ""
+    v = entry[key]
+    if not isinstance(v, str) or not v.strip():
+        _fail(path, op, key, f"must be a non-empty string, not {nm.show(v)}")
+    bad = bad_character(v)
+    if bad:
+        _fail(path, op, key, bad)
+    return v.strip()
+
+
+def _name(value, path, op, fld, what):
+    why = nm.problem(value, what)
+    if why:
+        _fail(path, op, fld, why)
     return value
+
+
+def _expression(text, path, op, fld):
+    try:
+        return ex.check(text)
+    except ex.ExprError as e:
+        _fail(path, op, fld, f"{nm.show(text)} is not one C++ expression: {e}")
 
 
 def _dtypes(value, path, op):
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value:
-        _fail(path, op, "dtypes", "must be a non-empty list of dtype names or groups")
+        _fail(path, op, "dtypes", f"must be a non-empty list of dtype names or groups, not {nm.show(value)}")
     out: list[dt.DType] = []
     for v in value:
-        names = dt.GROUPS.get(v, (v,)) if isinstance(v, str) else (v,)
-        for n in names:
+        if not isinstance(v, str):
+            _fail(path, op, "dtypes", f"entry {nm.show(v)} is not a dtype name")
+        for n in dt.GROUPS.get(v, (v,)):
             if n not in dt.BY_NAME:
-                _fail(path, op, "dtypes", f"unknown dtype {n!r}; known: "
+                _fail(path, op, "dtypes", f"unknown dtype {nm.show(n)}; known: "
                       f"{', '.join(dt.BY_NAME)}; groups: {', '.join(dt.GROUPS)}")
             if dt.BY_NAME[n] not in out:
                 out.append(dt.BY_NAME[n])
     return tuple(out)
 
 
+def _default(p, name, path, op):
+    """A param's default: ints within int64; floats finite or +-inf (NaN is refused: a NaN default
+    is almost always a typo, and a caller who means it can pass it)."""
+    default = p.get("default")
+    if default is None:
+        return None
+    if isinstance(default, bool) or not isinstance(default, (int, float)) \
+            or (p["type"] == "int" and not isinstance(default, int)):
+        _fail(path, op, "params", f"param {name!r}: default {nm.show(default)} is not a {p['type']}")
+    if p["type"] == "int":
+        if not INT64[0] <= default <= INT64[1]:
+            _fail(path, op, "params", f"param {name!r}: default {nm.show(default)} is outside int64")
+        return int(default)
+    try:
+        value = float(default)
+    except OverflowError:
+        _fail(path, op, "params", f"param {name!r}: default {nm.show(default)} is too large for a double")
+    if math.isnan(value):
+        _fail(path, op, "params", f"param {name!r}: default is NaN; a float default must be a number or +-inf")
+    return value
+
+
 def _params(value, path, op, taken):
     if not isinstance(value, list):
-        _fail(path, op, "params", "must be a list of tables {name, type, default}")
+        _fail(path, op, "params", f"must be a list of tables {{name, type, default}}, not {nm.show(value)}")
     params = []
     for p in value:
         if not isinstance(p, dict):
-            _fail(path, op, "params", f"entry {p!r} is not a table")
+            _fail(path, op, "params", f"entry {nm.show(p)} is not a table")
         unknown = set(p) - {"name", "type", "default"}
         if unknown:
-            _fail(path, op, "params", f"unknown key(s) {sorted(unknown)}; allowed: name, type, default")
+            _fail(path, op, "params", f"unknown key(s) {nm.show(sorted(unknown))}; allowed: name, type, default")
         if "name" not in p or "type" not in p:
-            _fail(path, op, "params", f"entry {p!r} needs 'name' and 'type'")
-        name = _ident(p["name"], path, op, "params", "param name")
-        if name in taken or name in _EXPR_RESERVED or name in PYEW_RESERVED:
-            _fail(path, op, "params", f"param name {name!r} is already used")
+            _fail(path, op, "params", f"entry {nm.show(p)} needs 'name' and 'type'")
+        name = _name(p["name"], path, op, "params", "param name")
+        if name in taken:
+            _fail(path, op, "params", f"param name {name!r} is already used by an input or param")
+        if name in nm.CALL_KEYWORDS or name in nm.REF_NAMES:
+            _fail(path, op, "params", f"param name {name!r} is reserved (every op call takes out= and stream=; "
+                  f"the reference sees {', '.join(sorted(nm.REF_NAMES))})")
         taken.add(name)
-        if p["type"] not in ("float", "int"):
-            _fail(path, op, "params", f"param {name!r}: type must be 'float' or 'int', not {p['type']!r}")
-        default = p.get("default")
-        if default is not None:
-            ok = (isinstance(default, (int, float)) if p["type"] == "float"
-                  else isinstance(default, int)) and not isinstance(default, bool)
-            if not ok:
-                _fail(path, op, "params", f"param {name!r}: default {default!r} is not a {p['type']}")
-            default = float(default) if p["type"] == "float" else int(default)
-        params.append(Param(name, p["type"], default))
+        if not isinstance(p["type"], str) or p["type"] not in ("float", "int"):
+            _fail(path, op, "params", f"param {name!r}: type must be 'float' or 'int', not {nm.show(p['type'])}")
+        params.append(Param(name, p["type"], _default(p, name, path, op)))
     seen_default = False
     for p in params:
         if p.default is not None:
@@ -188,49 +247,38 @@ def _params(value, path, op, taken):
     return tuple(params)
 
 
-def _str(entry, key, path, op, required, single_line=False):
-    if key not in entry:
-        if required:
-            _fail(path, op, key, "is missing")
-        return ""
-    v = entry[key]
-    if not isinstance(v, str) or not v.strip():
-        _fail(path, op, key, "must be a non-empty string")
-    if single_line and "\n" in v.strip():
-        _fail(path, op, key, "must be one line")
-    return v.strip()
-
-
-def parse_op(entry, path) -> Op:
+def parse_op(entry, path, index: int = 1) -> Op:
+    label = f"[[op]] #{index}"
     if not isinstance(entry, dict):
-        _fail(path, None, "op", f"each [[op]] must be a table, got {entry!r}")
-    name = entry.get("name")
-    if name is None:
-        _fail(path, None, "name", "an [[op]] has no name")
-    name = _ident(name, path, name, "name", "op name")
-    if name in PYEW_RESERVED:
-        _fail(path, name, "name", f"{name!r} is a pyew function name; pick another")
+        _fail(path, label, None, f"must be a table, not {nm.show(entry)}")
+    if "name" not in entry:
+        _fail(path, label, "name", "is missing")
+    name = _name(entry["name"], path, label, "name", "op name")
     kind_name = entry.get("kind", "map")
-    if kind_name not in KINDS:
-        _fail(path, name, "kind", f"unknown kind {kind_name!r}; known: {', '.join(KINDS)}")
+    if not isinstance(kind_name, str) or kind_name not in KINDS:
+        _fail(path, name, "kind", f"unknown kind {nm.show(kind_name)}; known: {', '.join(KINDS)}")
     kind = KINDS[kind_name]
+    for fn in kind.functions(name):
+        if fn in nm.pyew_names():
+            _fail(path, name, "name", f"{fn!r} is a name of the pyew module itself (pyew.{fn}); pick another")
     unknown = set(entry) - kind.allowed - {"name", "kind"}
     if unknown:
         _fail(path, name, sorted(unknown)[0],
               f"unknown key for a '{kind_name}' op; allowed: {', '.join(sorted(kind.allowed | {'name', 'kind'}))}")
-    for req in kind.required:
+    for req in sorted(kind.required):
         if req not in entry:
             _fail(path, name, req, "is missing")
 
     inputs = entry.get("inputs", list(kind.default_inputs))
     if not isinstance(inputs, list) or not inputs:
-        _fail(path, name, "inputs", "must be a non-empty list of names")
-    inputs = tuple(_ident(i, path, name, "inputs", "input name") for i in inputs)
+        _fail(path, name, "inputs", f"must be a non-empty list of names, not {nm.show(inputs)}")
+    inputs = tuple(_name(i, path, name, "inputs", "input name") for i in inputs)
     if len(set(inputs)) != len(inputs):
         _fail(path, name, "inputs", f"duplicate input names in {list(inputs)}")
     for i in inputs:
-        if i in _EXPR_RESERVED or i in PYEW_RESERVED:
-            _fail(path, name, "inputs", f"input name {i!r} is reserved")
+        if i in nm.CALL_KEYWORDS or i in nm.REF_NAMES:
+            _fail(path, name, "inputs", f"input name {i!r} is reserved (out and stream are keywords of every op "
+                  f"call; the reference sees {', '.join(sorted(nm.REF_NAMES))})")
     if not (kind.min_inputs <= len(inputs) <= kind.max_inputs):
         _fail(path, name, "inputs", f"a '{kind_name}' op takes {kind.min_inputs}..{kind.max_inputs} inputs, "
               f"got {len(inputs)}")
@@ -239,40 +287,49 @@ def parse_op(entry, path) -> Op:
         if d.name not in kind.dtypes:
             _fail(path, name, "dtypes", f"a '{kind_name}' op supports {', '.join(kind.dtypes)}; not {d.name}")
     params = _params(entry.get("params", []), path, name, set(inputs))
-    doc = _str(entry, "doc", path, name, True, single_line=True)
-    expr = _str(entry, "expr", path, name, "expr" in kind.required)
-    ref = _str(entry, "ref", path, name, "ref" in kind.required)
+    doc = _text(entry, "doc", path, name, True)
+    expr = _text(entry, "expr", path, name, "expr" in kind.required)
+    calls: tuple[str, ...] = ()
+    if expr:
+        toks = _expression(expr, path, name, "expr")
+        calls = tuple(sorted({c.name for c in ex.calls(toks) if c.plain}))
+    ref = _text(entry, "ref", path, name, "ref" in kind.required)
     if ref:
         try:
             compile(ref, f"{path}:{name}.ref", "eval")
         except SyntaxError as e:
             _fail(path, name, "ref", f"not a Python expression: {e.msg}")
+        except (ValueError, RecursionError, MemoryError) as e:
+            _fail(path, name, "ref", f"not a Python expression: {nm.show(str(e) or type(e).__name__)}")
     out = entry.get("out")
-    if out is not None:
-        if out not in dt.BY_NAME:
-            _fail(path, name, "out", f"unknown dtype {out!r}; known: {', '.join(dt.BY_NAME)}")
+    if out is not None and (not isinstance(out, str) or out not in dt.BY_NAME):
+        _fail(path, name, "out", f"unknown dtype {nm.show(out)}; known: {', '.join(dt.BY_NAME)}")
     pair = entry.get("pair", {})
     if not isinstance(pair, dict):
-        _fail(path, name, "pair", "must be a table {dtype = \"paired expression\"}")
+        _fail(path, name, "pair", f"must be a table {{dtype = \"paired expression\"}}, not {nm.show(pair)}")
+    pairs = []
     for k, v in pair.items():
         if k not in dt.BY_NAME or dt.BY_NAME[k] not in dtypes:
-            _fail(path, name, "pair", f"dtype {k!r} is not one of this op's dtypes")
+            _fail(path, name, "pair", f"dtype {nm.show(k)} is not one of this op's dtypes")
         if dt.BY_NAME[k].pair is None:
             _fail(path, name, "pair", f"dtype {k!r} has no paired type")
         if out is not None and dt.BY_NAME[out].pair is None:
             _fail(path, name, "pair", f"output dtype {out!r} has no paired type")
         if not isinstance(v, str) or not v.strip():
-            _fail(path, name, "pair", f"the {k} expression must be a non-empty string")
+            _fail(path, name, "pair", f"the {k} expression must be a non-empty string, not {nm.show(v)}")
+        bad = bad_character(v)
+        if bad:
+            _fail(path, name, "pair", f"the {k} expression has {bad}")
+        _expression(v.strip(), path, name, "pair")
+        pairs.append((k, v.strip()))
     rtol = entry.get("rtol")
     if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1):
-        _fail(path, name, "rtol", f"must be a number in (0, 1), got {rtol!r}")
+        _fail(path, name, "rtol", f"must be a number in (0, 1), got {nm.show(rtol)}")
     tuning = entry.get("tuning")
-    if tuning is not None and tuning not in TUNINGS:
-        _fail(path, name, "tuning", f"must be one of {', '.join(map(repr, TUNINGS))}, got {tuning!r}")
-    calls = tuple(sorted({c for c in _CALL.findall(expr)}))
+    if tuning is not None and (not isinstance(tuning, str) or tuning not in TUNINGS):
+        _fail(path, name, "tuning", f"must be one of {', '.join(map(repr, TUNINGS))}, got {nm.show(tuning)}")
     op = Op(name=name, kind=kind_name, inputs=inputs, dtypes=dtypes, doc=doc, source=str(path),
-            expr=expr, ref=ref, params=params,
-            pair=tuple(sorted((k, v.strip()) for k, v in pair.items())), out=out, calls=calls,
+            expr=expr, ref=ref, params=params, pair=tuple(sorted(pairs)), out=out, calls=calls,
             rtol=None if rtol is None else float(rtol), tuning=tuning)
     _check_entry_args(op, path)
     return op
@@ -295,13 +352,24 @@ def parse_text(text: str, path: str) -> list[Op]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
     unknown = set(data) - {"op"}
     if unknown:
         _fail(path, None, sorted(unknown)[0], "unknown top-level key; a spec holds only [[op]] tables")
     ops = data.get("op", [])
     if not isinstance(ops, list):
         _fail(path, None, "op", "must be an array of tables ([[op]])")
-    return [parse_op(e, path) for e in ops]
+    return [parse_op(e, path, i + 1) for i, e in enumerate(ops)]
+
+
+def decode(raw: bytes, path: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{path}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}) "
+                        "cannot be decoded; save the file as UTF-8") from None
 
 
 def load(paths) -> Spec:
@@ -309,27 +377,66 @@ def load(paths) -> Spec:
     ops: list[Op] = []
     files: list[SpecFile] = []
     where: dict[str, str] = {}
+    folded: dict[str, str] = {}
     for p in paths:
-        path = Path(p)
+        shown = spec_path(p)
+        bad = bad_character(shown)
+        if bad:
+            raise SpecError(f"{nm.show(shown)}: the spec file's path has {bad}")
+        if any(f.path == shown for f in files):
+            raise SpecError(f"{shown}: the spec file is given twice")
         try:
-            raw = path.read_bytes()
+            raw = Path(p).read_bytes()
         except OSError as e:
-            raise SpecError(f"{path}: cannot read spec file: {e.strerror}") from None
-        files.append(SpecFile(str(path.resolve()), hashlib.sha256(raw).hexdigest()))
-        for op in parse_text(raw.decode("utf-8"), str(path)):
+            raise SpecError(f"{shown}: cannot read spec file: {e.strerror or e}") from None
+        files.append(SpecFile(shown, hashlib.sha256(raw).hexdigest()))
+        for op in parse_text(decode(raw, shown), shown):
             if op.name in where:
-                _fail(path, op.name, "name", f"duplicate op name; first defined in {where[op.name]}")
-            where[op.name] = str(path)
+                _fail(shown, op.name, "name", f"duplicate op name; first defined in {where[op.name]}")
+            if op.name.lower() in folded:
+                _fail(shown, op.name, "name", f"differs from op '{folded[op.name.lower()]}' only in case; "
+                      "generated file names must differ on case-insensitive file systems")
+            where[op.name] = shown
+            folded[op.name.lower()] = op.name
             ops.append(op)
     if not ops:
-        raise SpecError(f"{', '.join(map(str, paths)) or '(no files)'}: no ops defined")
+        raise SpecError(f"{', '.join(spec_path(p) for p in paths) or '(no files)'}: no ops defined")
     _check_calls(ops)
+    _check_names(ops)
     return Spec(tuple(ops), tuple(files))
 
 
 def _check_calls(ops):
-    """Ops may call other ops' functions; refuse a cycle (it could never compile)."""
+    """An expression may call other map ops by name: f(inputs..., params...), every param passed
+    (C++ has no defaults there). Refuse calls of other kinds, wrong argument counts, inputs or
+    params that hide a called op, op calls in pair expressions, and cycles."""
     by_name = {o.name: o for o in ops}
+    for o in ops:
+        if o.expr:
+            for c in ex.calls(ex.check(o.expr)):
+                if not c.plain or c.name not in by_name:
+                    continue
+                callee = by_name[c.name]
+                if callee is o:
+                    _fail(o.source, o.name, "expr", "an op's expression cannot call itself")
+                if callee.kind != "map":
+                    _fail(o.source, o.name, "expr", f"calls {c.name}, a '{callee.kind}' op; expressions can "
+                          "call map ops only")
+                want = [*callee.inputs, *(p.name for p in callee.params)]
+                if len(want) not in c.nargs:
+                    got = min(c.nargs, key=lambda n: abs(n - len(want)))
+                    _fail(o.source, o.name, "expr", f"calls {c.name} with {got} argument(s); {c.name}"
+                          f"({', '.join(want)}) takes {len(want)}"
+                          + (" (inside an expression its params have no defaults)" if callee.params else ""))
+                for fld, names in (("inputs", o.inputs), ("params", [p.name for p in o.params])):
+                    if c.name in names:
+                        _fail(o.source, o.name, fld, f"{c.name!r} is also the op the expression calls "
+                              f"({c.name}(...)); rename the {fld[:-1]}")
+        for dtype_name, text in o.pair:
+            for c in ex.calls(ex.check(text)):
+                if c.plain and c.name in by_name:
+                    _fail(o.source, o.name, "pair", f"the {dtype_name} expression calls op {c.name}; ops are "
+                          "not callable in a pair expression (it works on paired types)")
     state: dict[str, int] = {}
 
     def visit(o, stack):
@@ -341,31 +448,60 @@ def _check_calls(ops):
         for c in o.calls:
             if c in by_name and c != o.name:
                 visit(by_name[c], stack + [o.name])
-            elif c == o.name:
-                _fail(o.source, o.name, "expr", "an op's expression cannot call itself")
         state[o.name] = 2
 
     for o in ops:
         visit(o, [])
 
 
+def _check_names(ops):
+    """Entry-point symbols are unique across all spec files (a map op naive_relu would export
+    ew_naive_relu_f32, which op relu's naive entry already is), and so are pyew's function names
+    (upsample_nearest2d also binds upsample_nearest2d_backward)."""
+    seen: dict[str, tuple] = {f.symbol: (None, None, "the runtime") for f in abi.RUNTIME}
+    for o in ops:
+        for k in o.kernels():
+            for e in k.entries():
+                if e.symbol in seen:
+                    first, dtype, role = seen[e.symbol]
+                    owner = ("a runtime function of the library" if first is None else
+                             f"the {dtype} {role} entry point of op '{first.name}' ({first.source})")
+                    _fail(o.source, o.name, "name", f"its {k.dtype.name} {e.role} entry point {e.symbol} is "
+                          f"also {owner}; pick another name")
+                seen[e.symbol] = (o, k.dtype.name, e.role)
+    functions: dict[str, Op] = {}
+    for o in ops:
+        for fn in o.kind_info.functions(o.name):
+            if fn in functions and functions[fn] is not o:
+                first = functions[fn]
+                _fail(o.source, o.name, "name", f"pyew.{fn} is already a function of op '{first.name}' "
+                      f"({first.source}); pick another name")
+            functions[fn] = o
+
+
 # Launch shapes of the map kernel (ew::MemoryBoundTuning / ew::ComputeBoundTuning in
 # libew/elementwise.cuh), chosen per op; benchmarks/RESULTS.md has the sweep behind them.
 TUNINGS = ("memory", "compute")
 # Calls that cost a few instructions at most: they leave an op "memory".
-_CHEAP_CALLS = {"C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf",
-                "abs", "copysign", "copysignf"}
+CHEAP_CALLS = frozenset({
+    "C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf", "abs",
+    "copysign", "copysignf", "ew::wrap_add", "ew::wrap_sub", "ew::wrap_mul"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _all_calls(text: str) -> tuple[str, ...]:
+    return tuple(c.name for c in ex.calls(ex.check(text)))
 
 
 def op_tuning(op: Op, spec: Spec) -> str:
     """The spec's `tuning`, else "compute" when the expression calls a function (a math function,
-    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs
-    and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
+    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs,
+    the ew::wrap_* integer helpers and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
     if op.tuning is not None:
         return op.tuning
     names = {o.name for o in spec.ops}
-    for c in _ANY_CALL.findall(op.expr):
-        if c in _CHEAP_CALLS:
+    for c in _all_calls(op.expr) if op.expr else ():
+        if c in CHEAP_CALLS:
             continue
         if c in names:
             if c != op.name and op_tuning(spec.op(c), spec) == "compute":

@@ -193,4 +193,37 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   }
 }
 
+// Integer add, subtract and multiply that wrap around like numpy's (two's complement), where the
+// plain operators would overflow into undefined behaviour for signed types: the arithmetic is done
+// in the unsigned type of the same width. For floating-point types they are the plain operators.
+template <typename T>
+__device__ __forceinline__ T wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<std::common_type_t<T, int>>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T wrap_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<std::common_type_t<T, int>>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T wrap_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<std::common_type_t<T, int>>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
 }  // namespace ew

@@ -7,10 +7,6 @@ EW_API const char* ew_error_name(int code) {
   return cudaGetErrorName(static_cast<cudaError_t>(code));
 }
 
-EW_API const char* ew_error_string(int code) {
-  return cudaGetErrorString(static_cast<cudaError_t>(code));
-}
-
 namespace {
 template <typename T>
 struct Constant {

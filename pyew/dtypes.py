@@ -1,11 +1,10 @@
 """The dtype table: one row per element type pyew knows.
 
-Both the generator (C++ spelling, procedural name token) and the runtime (numpy dtype, ctypes
-scalar type for kernel parameters) read this one table, so a dtype is described in one place.
+Both the generator (C++ spelling, procedural name token) and the runtime (numpy dtype) read this
+one table, so a dtype is described in one place.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -23,7 +22,6 @@ class DType:
     pair: str | None     # C++ type holding two elements (the seeds' Apply2), if any
     itemsize: int
     kind: str            # "float" or "int"
-    param_ctypes: type   # ctypes type that carries a scalar of this dtype's kind into C
 
     @cached_property
     def np(self) -> np.dtype:
@@ -34,15 +32,15 @@ class DType:
 
 
 TABLE: tuple[DType, ...] = (
-    DType("float32", "f32", "float", "float", "float2", 4, "float", ctypes.c_double),
-    DType("float64", "f64", "double", "double", "double2", 8, "float", ctypes.c_double),
-    DType("float16", "f16", "__half", "float", "__half2", 2, "float", ctypes.c_double),
-    DType("bfloat16", "bf16", "__nv_bfloat16", "float", "__nv_bfloat162", 2, "float", ctypes.c_double),
-    DType("int32", "i32", "int32_t", "int32_t", None, 4, "int", ctypes.c_int64),
-    DType("int64", "i64", "int64_t", "int64_t", None, 8, "int", ctypes.c_int64),
+    DType("float32", "f32", "float", "float", "float2", 4, "float"),
+    DType("float64", "f64", "double", "double", "double2", 8, "float"),
+    DType("float16", "f16", "__half", "float", "__half2", 2, "float"),
+    DType("bfloat16", "bf16", "__nv_bfloat16", "float", "__nv_bfloat162", 2, "float"),
+    DType("int32", "i32", "int32_t", "int32_t", None, 4, "int"),
+    DType("int64", "i64", "int64_t", "int64_t", None, 8, "int"),
     # The word type of relu_mask's packed bitmask, so masks are ordinary arrays (asarray, get,
     # out=). It is in no group and in no op kind's dtype list: no kernel is built for it.
-    DType("uint32", "u32", "uint32_t", "uint32_t", None, 4, "int", ctypes.c_int64),
+    DType("uint32", "u32", "uint32_t", "uint32_t", None, 4, "int"),
 )
 
 BY_NAME: dict[str, DType] = {d.name: d for d in TABLE}

@@ -62,7 +62,7 @@ def test_written_only_when_changed(tmp_path):
     assert gelu.stat().st_mtime_ns == before[gelu]
     assert fn.stat().st_mtime_ns != before[fn]
     assert "exp(x) - C(1)" in fn.read_text()
-    assert counts["written"] <= 4   # elu's function header, manifest .cu, manifest.json (+ ew.h untouched)
+    assert counts["written"] <= 5   # elu: function header, manifest .cu, manifest.json, sources.json
 
 
 def test_user_spec_adds_ops_and_removed_ops_disappear(tmp_path):
@@ -90,3 +90,154 @@ def test_render_error_shows_template():
     from generator import render
     with pytest.raises(render.GeneratorError, match=r"rendering fn.cuh.mako failed:(.|\n)*NameError"):
         render.render("fn.cuh.mako")   # strict_undefined: a missing name is an error, not ''
+
+
+# ---- one C ABI: symbols, prototypes and definitions from generator/abi.py ---------------------
+
+def test_every_definition_matches_its_declaration_in_ew_h(tmp_path):
+    """Each generated source includes ew.h, and each EW_API definition in it is spelled exactly as
+    ew.h declares it (nvcc checks the same, see test_generator_nvcc.py)."""
+    from generator import abi
+    spec = load([ROOT / "libew/ops.toml", ROOT / "examples/my_ops.toml"])
+    generate(spec, tmp_path)
+    header = (tmp_path / "ew.h").read_text()
+    declared = {line.split("  /*")[0] for line in header.splitlines() if line.startswith("EW_API ")}
+    want = {abi.declaration(e) for k in spec.kernels() for e in k.entries()}
+    want |= {abi.declaration(f) for f in abi.RUNTIME}
+    assert declared == want
+    defined = set()
+    for cu in (tmp_path / "gen").glob("*.cu"):
+        text = cu.read_text()
+        assert '#include "ew.h"' in text.splitlines()[2:4], cu.name
+        defined |= {line.split(" {")[0] + ";" for line in text.splitlines() if line.startswith("EW_API ")}
+    runtime_cu = {abi.declaration(f) for f in abi.RUNTIME if f.symbol in ("ew_error_name", "ew_fill")}
+    assert defined == want - runtime_cu     # libew/runtime.cu defines those two
+
+
+def test_symbols_come_from_one_function():
+    from generator import abi, kinds
+    from pyew import dtypes as dt
+    src = (ROOT / "generator/kinds.py").read_text()
+    assert 'f"ew_' not in src
+    spec = load([ROOT / "libew/ops.toml"])
+    f16 = dt.BY_NAME["float16"]
+    syms = {e.role: e.symbol for k in spec.op("upsample_nearest2d").kernels() if k.dtype is f16 for e in k.entries()}
+    assert syms == {"forward": "ew_upsample_nearest2d_f16", "backward": "ew_upsample_nearest2d_backward_f16"}
+    assert abi.symbol("relu", f16, variant="naive") == "ew_naive_relu_f16"
+    assert abi.symbol("scatter_add", f16, "check", index="i64") == "ew_scatter_add_check_f16_i64"
+    assert [k.name for k in spec.op("dot").kernels()][0] == abi.symbol("dot", dt.BY_NAME["float32"])
+    assert abi.parameters(()) == "void" and abi.C_TYPES[abi.PARAM_KINDS["float"]] == "double"
+    assert set(kinds.KINDS) == {"map", "relu_mask", "mask_backward", "upsample_nearest2d", "dot", "scatter_add"}
+
+
+def test_ew_h_written_only_when_its_content_changes(tmp_path):
+    spec_file = tmp_path / "ops.toml"
+    spec_file.write_text((ROOT / "libew/ops.toml").read_text())
+    generate(load([spec_file]), tmp_path / "b")
+    header = tmp_path / "b/ew.h"
+    before = header.stat().st_mtime_ns
+    # an expression edit changes no prototype: ew.h (which every object depends on) stays
+    spec_file.write_text(spec_file.read_text().replace("alpha * ew::expm1<R>(x)", "alpha * (exp(x) - C(1))"))
+    generate(load([spec_file]), tmp_path / "b")
+    assert header.stat().st_mtime_ns == before
+    spec_file.write_text(spec_file.read_text().replace('name = "lambd", type = "float"', 'name = "lambd", type = "int"')
+                         .replace("default = 0.5", "default = 1"))
+    generate(load([spec_file]), tmp_path / "b")
+    assert "int64_t lambd" in header.read_text() and header.stat().st_mtime_ns != before
+
+
+# ---- spec paths, build command ---------------------------------------------------------------
+
+def test_spec_path_spelling_changes_no_generated_file(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+    assert run_gen(out, "libew/ops.toml").returncode == 0
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for spelling in ("./libew/ops.toml", str(ROOT / "libew/ops.toml"), "libew/../libew/ops.toml"):
+        r = run_gen(out, spelling)
+        assert r.returncode == 0 and " 0 files written" in r.stdout, (spelling, r.stdout)
+    assert files == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    man = json.loads((out / "manifest.json").read_text())
+    assert [f["path"] for f in man["spec_files"]] == ["libew/ops.toml"]
+    assert {o["source"] for o in man["ops"]} == {"libew/ops.toml"}
+    assert "generated from libew/ops.toml by" in (out / "gen/ew_relu_f32.cu").read_text()
+
+
+def test_manifest_paths_relative_inside_the_repo_absolute_outside(tmp_path):
+    other = tmp_path / "my ops.toml"
+    other.write_text((ROOT / "examples/my_ops.toml").read_text())
+    spec = load([ROOT / "libew/ops.toml", other])
+    generate(spec, tmp_path / "b")
+    man = json.loads((tmp_path / "b/manifest.json").read_text())
+    assert [f["path"] for f in man["spec_files"]] == ["libew/ops.toml", other.resolve().as_posix()]
+    assert spec.op("softplus").source == other.resolve().as_posix()
+
+
+def test_build_command(tmp_path):
+    from generator.render import build_command
+    generate(load([ROOT / "libew/ops.toml"]), tmp_path / "a")
+    man = json.loads((tmp_path / "a/manifest.json").read_text())
+    assert man["build_command"] == f"make all BUILD={(tmp_path / 'a').resolve().as_posix()}"
+    assert build_command(load(["./libew/ops.toml"]), ROOT / "build") == "make all"
+    spec = load([ROOT / "libew/ops.toml", ROOT / "examples/my_ops.toml"])
+    assert build_command(spec, ROOT / "build") == 'make all SPEC="libew/ops.toml examples/my_ops.toml"'
+    assert build_command(load([ROOT / "libew/ops.toml"]), "build", [("ARCH", "-gencode arch=compute_90,code=sm_90")]) \
+        == 'make all ARCH="-gencode arch=compute_90,code=sm_90"'
+    spaced = tmp_path / "my ops.toml"
+    spaced.write_text((ROOT / "examples/my_ops.toml").read_text())
+    cmd = build_command(load([ROOT / "libew/ops.toml", spaced]), "build")
+    assert cmd == f"make all SPEC='libew/ops.toml \"{spaced.resolve().as_posix()}\"'"
+    # the command's SPEC reads back as the same files, through the shell and then --spec-list
+    import shlex
+    value = shlex.split(cmd)[2].removeprefix("SPEC=")
+    assert shlex.split(value) == ["libew/ops.toml", spaced.resolve().as_posix()]
+
+
+def test_spec_list_argument_splits_like_shell_words(tmp_path):
+    spaced = tmp_path / "my ops.toml"
+    spaced.write_text((ROOT / "examples/my_ops.toml").read_text())
+    r = subprocess.run([sys.executable, "-m", "generator", "--out", str(tmp_path / "b"),
+                        "--spec-list", f'libew/ops.toml "{spaced}"'], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b/gen/ew_softplus_f32.cu").exists()
+    # a positional argument is one path, spaces and all
+    r = run_gen(tmp_path / "c", ROOT / "libew/ops.toml", spaced)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "generator", "--out", str(tmp_path / "d"), "--spec-list", 'a "b'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("generator: error: SPEC=") and "quotes" in r.stderr
+    assert not (tmp_path / "d").exists()
+
+
+# ---- nothing written on failure ---------------------------------------------------------------
+
+def test_overlong_name_fails_before_anything_is_written(tmp_path):
+    bad = tmp_path / "long.toml"
+    bad.write_text(f'[[op]]\nname = "{"a" * 300}"\ninputs = ["x"]\ndtypes = ["float"]\nexpr = "x"\nref = "x"\ndoc = "d"\n')
+    r = run_gen(tmp_path / "out", ROOT / "libew/ops.toml", bad)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "long.toml: [[op]] #1: field 'name': op name 'aaaa" in r.stderr and "at most 64" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_late_error_leaves_an_existing_build_untouched(tmp_path):
+    """A spec error found only when all files are checked together (a symbol clash) still writes
+    nothing, and removes nothing, in an existing build folder."""
+    out = tmp_path / "b"
+    clash = tmp_path / "clash.toml"
+    clash.write_text('[[op]]\nname = "naive_relu"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\n'
+                     'doc = "d"\n')
+    assert run_gen(out, clash).returncode == 0                 # alone it is fine
+    assert run_gen(out, ROOT / "libew/ops.toml").returncode == 0
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    r = run_gen(out, ROOT / "libew/ops.toml", clash)           # next to relu, its symbol clashes
+    assert r.returncode == 1 and "ew_naive_relu_f32" in r.stderr
+    assert before == {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+
+
+def test_doc_cannot_break_the_generated_comment(tmp_path):
+    spec = tmp_path / "d.toml"
+    spec.write_text('[[op]]\nname = "twice"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x + x"\nref = "x + x"\n'
+                    'doc = "ends in a backslash \\\\"\n')
+    generate(load([spec]), tmp_path / "b")
+    line = (tmp_path / "b/gen/ew_twice_f32.cu").read_text().splitlines()[1]
+    assert not line.rstrip().endswith("\\")

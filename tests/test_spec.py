@@ -1,9 +1,14 @@
 """Spec parsing: the model, and an error naming file, op and field for every kind of mistake."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from generator.spec import SpecError, load, parse_text
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GOOD = '''
 [[op]]
@@ -79,7 +84,7 @@ def test_default_spec_loads():
     (GOOD + 'pair = { int32 = "x" }\n', r"field 'pair': dtype 'int32' has no paired type"),
     (GOOD + 'kind = "reduce"\n', r"field 'kind': unknown kind 'reduce'"),
     (GOOD + 'tuning = "fast"\n', r"op 'twice': field 'tuning': must be one of 'memory', 'compute'"),
-    (GOOD.replace('name = "twice"', 'name = "asarray"'), r"pyew function name"),
+    (GOOD.replace('name = "twice"', 'name = "asarray"'), r"a name of the pyew module itself"),
     ('[[op]]\nname = "a"\n[other]\nx = 1\n', r"field 'other': unknown top-level key"),
     ('[[op]\n', r"not valid TOML"),
 ])
@@ -107,3 +112,300 @@ def test_call_cycle_is_refused(tmp_path):
 def test_missing_file_is_reported(tmp_path):
     with pytest.raises(SpecError, match="cannot read spec file"):
         load([tmp_path / "nope.toml"])
+
+
+# ---- names ------------------------------------------------------------------------------------
+
+def _with(**fields):
+    """GOOD with fields replaced (TOML source text per field)."""
+    lines = {"name": '"twice"', "inputs": '["x"]', "dtypes": '["float", "int32"]', "expr": '"x + x"',
+             "ref": '"x + x"', "doc": '"2x."'}
+    lines.update(fields)
+    return "[[op]]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items() if v is not None)
+
+
+@pytest.mark.parametrize("name,match", [
+    ("asarray", "a name of the pyew module itself"),      # pyew's API
+    ("bench", "a name of the pyew module itself"),        # a subpackage
+    ("library", "a name of the pyew module itself"),      # a module
+    ("annotations", "a name of the pyew module itself"),  # anything in vars(pyew)
+    ("_private", "starts with '_'"),
+    ("__init__", "starts with '_'"),
+    ("ew_thing", "starts with 'ew_'"),
+    ("EW_API", "starts with 'ew_'"),
+    ("static_cast", "keyword"), ("co_await", "keyword"), ("char8_t", "keyword"), ("requires", "keyword"),
+    ("int64_t", "type name"), ("float2", "type name"), ("cudaStream_t", "type name"),
+    ("threadIdx", "CUDA built-in"), ("warpSize", "CUDA built-in"),
+    ("R", "expression language"), ("ewf", "expression language"),
+    ("evil\n", "not a C identifier"), ("a" * 65, "at most 64"),
+])
+def test_reserved_op_names(name, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(name=json.dumps(name)))
+
+
+def test_longest_name_is_accepted():
+    (op,) = one(_with(name=json.dumps("a" * 64), inputs=json.dumps(["b" * 64])))
+    assert op.name == "a" * 64
+
+
+def test_pyew_names_come_from_a_fresh_pyew(monkeypatch):
+    """Ops bound on pyew (pyew.gelu after a call) are not pyew's own names; its API, modules and
+    subpackages are."""
+    import pkgutil
+
+    import pyew
+    from generator import names
+    monkeypatch.setitem(vars(pyew), "gelu", lambda x: x)     # as binding an op on first use does
+    names.pyew_names.cache_clear()
+    try:
+        got = names.pyew_names()
+    finally:
+        names.pyew_names.cache_clear()
+    assert "gelu" not in got
+    assert set(pyew.__all__) <= got and "__getattr__" in got
+    assert {m.name for m in pkgutil.iter_modules(pyew.__path__)} <= got
+    assert not (ROOT / "pyew/names.py").exists()      # no hand-kept list any more
+
+
+@pytest.mark.parametrize("inputs,params,match", [
+    (["R"], None, "expression language"), (["C"], None, "expression language"),
+    (["ew"], None, "expression language"), (["int64_t"], None, "type name"),
+    (["threadIdx"], None, "CUDA built-in"), (["blockDim"], None, "CUDA built-in"),
+    (["static_cast"], None, "keyword"), (["alignas"], None, "keyword"), (["thread_local"], None, "keyword"),
+    (["concept"], None, "keyword"), (["static_assert"], None, "keyword"), (["lambda"], None, "keyword"),
+    (["ew_f"], None, "starts with 'ew_'"), (["_x"], None, "starts with '_'"),
+    (["np"], None, "reserved"), (["out"], None, "reserved"),
+    (["x", "n"], None, "clashes with a parameter of the C entry point"),
+    (["x"], '[{ name = "stream", type = "float" }]', "reserved"),
+    (["x"], '[{ name = "sigmoid", type = "float" }]', "reserved"),
+    (["x"], '[{ name = "x", type = "float" }]', "already used"),
+    (["x"], '[{ name = "Fn\\n", type = "float" }]', "not a C identifier"),
+])
+def test_reserved_input_and_param_names(inputs, params, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(inputs=json.dumps(inputs), params=params, expr='"x"'))
+
+
+def test_former_template_identifiers_are_ordinary_names():
+    """f, Fn, apply2, i were identifiers of the generated code; it now names its own ew_...."""
+    (op,) = one(_with(inputs='["f", "Fn"]', params='[{ name = "apply2", type = "float", default = 1.0 }, '
+                      '{ name = "i", type = "int", default = 2 }]', expr='"f * Fn + apply2 + C(i)"',
+                      ref='"f * Fn + apply2 + i"'))
+    assert op.inputs == ("f", "Fn") and [p.name for p in op.params] == ["apply2", "i"]
+
+
+# ---- calls of other ops -----------------------------------------------------------------------
+
+def _load_with_default(tmp_path, text):
+    p = tmp_path / "mine.toml"
+    p.write_text(text)
+    return load([ROOT / "libew/ops.toml", p])
+
+
+@pytest.mark.parametrize("expr,match", [
+    ("elu(x)", r"mine.toml: op 'twice': field 'expr': calls elu with 1 argument\(s\); elu\(x, alpha\) takes 2 "
+               r"\(inside an expression its params have no defaults\)"),
+    ("gelu(x, x)", r"field 'expr': calls gelu with 2 argument\(s\); gelu\(x\) takes 1"),
+    ("add(x)", r"calls add with 1 argument\(s\); add\(x, y\) takes 2"),
+    ("scale(x)", r"calls scale with 1 argument"),
+    ("relu_mask(x)", r"field 'expr': calls relu_mask, a 'relu_mask' op; expressions can call map ops only"),
+    ("dot(x, x)", r"calls dot, a 'dot' op"),
+    ("twice(x)", r"cannot call itself"),
+    ("gelu()", r"calls gelu with 0 argument"),
+])
+def test_bad_calls_of_other_ops(tmp_path, expr, match):
+    with pytest.raises(SpecError, match=match):
+        _load_with_default(tmp_path, _with(expr=json.dumps(expr), dtypes='["float32"]'))
+
+
+@pytest.mark.parametrize("expr", ["elu(x, C(2))", "gelu(ew::div<R>(x, C(2)))", "add(x, gelu(x))",
+                                  "ew::gelu_tanh<R>(x)", "scale(relu(x), C(0.5))", "C(',') + relu((x))"])
+def test_good_calls_of_other_ops(tmp_path, expr):
+    spec = _load_with_default(tmp_path, _with(expr=json.dumps(expr), dtypes='["float32"]'))
+    assert spec.op("twice").expr == expr
+
+
+def test_input_named_like_the_op_it_calls(tmp_path):
+    with pytest.raises(SpecError, match=r"op 'twice': field 'inputs': 'gelu' is also the op the expression calls"):
+        _load_with_default(tmp_path, _with(inputs='["gelu"]', expr='"gelu(gelu)"', ref='"gelu"', dtypes='["float32"]'))
+    # an input may share an op's name when the expression does not call that op
+    spec = _load_with_default(tmp_path, _with(inputs='["gelu"]', expr='"gelu * C(2)"', ref='"gelu * 2"',
+                                              dtypes='["float32"]'))
+    assert spec.op("twice").inputs == ("gelu",)
+
+
+def test_ops_are_not_callable_in_pair_expressions(tmp_path):
+    with pytest.raises(SpecError, match=r"field 'pair': the float16 expression calls op relu"):
+        _load_with_default(tmp_path, _with(dtypes='["float16"]', pair='{ float16 = "relu(x)" }'))
+
+
+# ---- entry-point symbols and pyew functions are unique across spec files ------------------------
+
+@pytest.mark.parametrize("text,match", [
+    (_with(name='"naive_relu"', dtypes='["float32"]'),
+     r"mine.toml: op 'naive_relu': field 'name': its float32 forward entry point ew_naive_relu_f32 is also the "
+     r"float32 naive entry point of op 'relu' \(libew/ops.toml\)"),
+    (_with(name='"upsample_nearest2d_backward"', dtypes='["float16"]'),
+     r"entry point ew_upsample_nearest2d_backward_f16 is also the float16 backward entry point of op 'upsample_nearest2d'"),
+    (_with(name='"upsample_nearest2d_backward"', dtypes='["int32"]'),
+     r"pyew.upsample_nearest2d_backward is already a function of op 'upsample_nearest2d'"),
+    (_with(name='"dot_fast"', dtypes='["float32"]'), r"ew_dot_fast_f32 is also the float32 fast entry point of op 'dot'"),
+    (_with(name='"Relu"'), r"differs from op 'relu' only in case"),
+    (_with(name='"relu"'), r"duplicate op name; first defined in libew/ops.toml"),
+])
+def test_symbol_and_function_clashes_across_files(tmp_path, text, match):
+    with pytest.raises(SpecError, match=match):
+        _load_with_default(tmp_path, text)
+
+
+def test_user_upsample_op_next_to_its_backward_name(tmp_path):
+    p = tmp_path / "u.toml"
+    p.write_text('[[op]]\nname = "up"\nkind = "upsample_nearest2d"\ndtypes = ["float32"]\ndoc = "u"\n'
+                 + _with(name='"up_backward"', dtypes='["float32"]'))
+    with pytest.raises(SpecError, match=r"u.toml: op 'up_backward': field 'name': its float32 forward entry point "
+                                         r"ew_up_backward_f32 is also the float32 backward entry point of op 'up'"):
+        load([p])
+
+
+def test_spec_file_given_twice(tmp_path):
+    with pytest.raises(SpecError, match=r"libew/ops.toml: the spec file is given twice"):
+        load(["libew/ops.toml", ROOT / "libew/ops.toml"])
+
+
+# ---- one line, one expression -----------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,match", [
+    ("doc", '"a\\rb"', r"field 'doc': a line break \('\\r'\) at offset 1"),
+    ("doc", '"a\\nb"', r"field 'doc': a line break"),
+    ("doc", '"a\\tb"', r"field 'doc': a control character \('\\t'\)"),
+    ("doc", '"a\\u0000b"', r"field 'doc': a control character \('\\x00'\)"),
+    ("doc", '"a\\u007fb"', r"control character \('\\x7f'\)"),
+    ("doc", '"a\\u0085b"', r"line break"),
+    ("doc", '"a\\u2028b"', r"line break"),
+    ("doc", '"a\\u202eb"', r"control character"),
+    ("ref", '"x\\n+ x"', r"field 'ref': a line break"),
+    ("expr", '"x\\n"', r"field 'expr': a line break"),
+    ("expr", '"x; y"', r"field 'expr': 'x; y' is not one C\+\+ expression: ';'"),
+    ("expr", '"x { y"', r"is not one C\+\+ expression: '\{'"),
+    ("expr", '"x }"', r"'\}'"),
+    ("expr", '"x #define y"', r"'#' \(preprocessor\)"),
+    ("expr", '"x // c"', r"a '//' comment"),
+    ("expr", '"x /* c */"', r"a '/\*' comment"),
+    ("expr", '"x */"', r"'\*/'"),
+    ("expr", '"(x"', r"an unclosed '\('"),
+    ("expr", '"x)"', r"an unmatched '\)'"),
+    ("expr", '"x[0)"', r"'\)' at offset 3 closes '\[' of offset 1"),
+    ("expr", '"x + \\"a"', r"an unterminated string literal"),
+    ("expr", '"x <% y"', r"digraph"),
+    ("expr", '"x ??= y"', r"trigraph"),
+    ("expr", '"x \\\\ y"', r"backslash"),
+    ("expr", '"_Pragma(\\"once\\") x"', r"preprocessor operator _Pragma"),
+    ("expr", '"   "', r"field 'expr': must be a non-empty string"),
+    ("expr", "42", r"field 'expr': must be a non-empty string, not 42"),
+])
+def test_one_line_fields_and_one_expression(field, value, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(**{field: value}))
+
+
+@pytest.mark.parametrize("expr", ["x + C(';') * C(0)", 'x + C(sizeof("{;}//#"))', "x + C(1'000) * C(0)",
+                                  'x + C(sizeof(R"d(;)d")) * C(0)', "(x < C(0)) ? x : x"])
+def test_literals_may_hold_anything(expr):
+    (op,) = one(_with(expr=json.dumps(expr)))
+    assert op.expr == expr
+
+
+def test_pair_is_one_expression_too():
+    with pytest.raises(SpecError, match=r"field 'pair': '__hadd2\(x, x\); x' is not one C\+\+ expression"):
+        one(_with(dtypes='["float16"]', pair='{ float16 = "__hadd2(x, x); x" }'))
+    with pytest.raises(SpecError, match=r"field 'pair': the float16 expression has a line break"):
+        one(_with(dtypes='["float16"]', pair='{ float16 = "__hadd2(x,\\n x)" }'))
+
+
+# ---- files ------------------------------------------------------------------------------------
+
+def test_non_utf8_spec(tmp_path):
+    p = tmp_path / "latin1.toml"
+    p.write_bytes(GOOD.replace("2x.", "2x \xe9").encode("latin-1"))
+    with pytest.raises(SpecError) as e:
+        load([p])
+    assert str(e.value) == (f"{p.resolve().as_posix()}: not UTF-8: byte 0xe9 at offset "
+                            f"{GOOD.index('2x.') + 3} (line 8) cannot be decoded; save the file as UTF-8")
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    p = tmp_path / "bom.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert load([p]).ops[0].name == "twice"
+
+
+def test_spec_path_is_normalised():
+    from generator.spec import spec_path
+    assert spec_path("libew/ops.toml") == spec_path("./libew/ops.toml") == spec_path(ROOT / "libew/ops.toml") \
+        == "libew/ops.toml"
+    assert spec_path("/tmp/../tmp/x.toml") == "/tmp/x.toml"
+
+
+# ---- param defaults ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("param,match", [
+    ('{ name = "k", type = "int", default = 9223372036854775808 }', r"param 'k': default 9223372036854775808 is outside int64"),
+    ('{ name = "k", type = "int", default = -9223372036854775809 }', r"outside int64"),
+    ('{ name = "a", type = "float", default = nan }', r"param 'a': default is NaN"),
+    ('{ name = "a", type = "float", default = 1' + "0" * 400 + ' }', r"too large for a double"),
+    ('{ name = "a", type = "float", default = true }', r"default True is not a float"),
+    ('{ name = "a", type = "float", default = "1" }', r"default '1' is not a float"),
+    ('{ name = "a", type = ["float"] }', r"type must be 'float' or 'int', not \['float'\]"),
+])
+def test_param_defaults_are_range_checked(param, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(params=f"[{param}]"))
+
+
+@pytest.mark.parametrize("param,value", [
+    ('{ name = "k", type = "int", default = 9223372036854775807 }', 2**63 - 1),
+    ('{ name = "k", type = "int", default = -9223372036854775808 }', -2**63),
+    ('{ name = "a", type = "float", default = inf }', float("inf")),
+    ('{ name = "a", type = "float", default = -inf }', float("-inf")),
+    ('{ name = "a", type = "float", default = 3 }', 3.0),
+])
+def test_param_defaults_at_the_limits(param, value):
+    (op,) = one(_with(params=f"[{param}]"))
+    assert op.params[0].default == value and type(op.params[0].default) is type(value)
+
+
+# ---- odd values where a name or a table belongs -------------------------------------------------
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(kind="[]"), r"field 'kind': unknown kind \[\]"),
+    (dict(out="{}"), r"field 'out': unknown dtype \{\}"),
+    (dict(dtypes="[[1]]"), r"field 'dtypes': entry \[1\] is not a dtype name"),
+    (dict(tuning="[]"), r"field 'tuning': must be one of"),
+    (dict(name="1979-05-27"), r"\[\[op\]\] #1: field 'name': op name datetime.date\(1979, 5, 27\) is not a C identifier"),
+    (dict(params='"alpha"'), r"field 'params': must be a list of tables"),
+    (dict(pair="1"), r"field 'pair': must be a table"),
+    (dict(ref='"x" \n"bad key\\n" = 1'), r"field 'bad key\\n': unknown key"),
+    (dict(name=None), r"\[\[op\]\] #1: field 'name': is missing"),
+])
+def test_odd_values(fields, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(**fields))
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    with pytest.raises(SpecError, match="not valid TOML"):
+        one("x = " + "[" * 5000 + "]" * 5000 + "\n")
+
+
+def test_int_arithmetic_of_the_default_spec_wraps():
+    """add, sub and mul compute int32/int64 in the unsigned type (numpy's wrap-around, no signed
+    overflow), through helpers that keep them "memory" ops."""
+    from generator.spec import op_tuning
+    spec = load(["libew/ops.toml"])
+    for name in ("add", "sub", "mul"):
+        assert spec.op(name).expr == f"ew::wrap_{name}(x, y)"
+        assert op_tuning(spec.op(name), spec) == "memory"
+    cuh = (ROOT / "libew/ew_math.cuh").read_text()
+    for name in ("wrap_add", "wrap_sub", "wrap_mul"):
+        assert f"__device__ __forceinline__ T {name}(T a, T b)" in cuh

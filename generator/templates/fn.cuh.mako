@@ -1,5 +1,5 @@
-// generated from ${op.source} by generator/ -- do not edit
-// The device function of op '${op.name}': ${op.doc}
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// The device function of op '${op.name}': ${comment(op.doc)}
 // C is the compute type (float for float32/float16/bfloat16, double for float64, the integer type
 // for integer dtypes); R is the type the kernel stores the result in (e.g. __half), which the
 // helpers of ew_math.cuh take to pick the cheapest formula accurate to it. Other ops are callable
@@ -17,9 +17,9 @@ struct ${op.name}_fn {
   template <typename C>
   __device__ __forceinline__ C operator()(${signature}) const {
 % for dep in direct:
-    constexpr ${dep.name}_fn<R> ${dep.name}{};
+    constexpr ::ewf::${dep.name}_fn<R> ${dep.name}{};
 % endfor
-    return (${op.expr});
+    return (${op.expr});  ${mark}
   }
 };
 

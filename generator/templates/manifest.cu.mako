@@ -1,9 +1,9 @@
-// generated from ${sources} by generator/ -- do not edit
+// generated from ${comment(sources)} by generator/ -- do not edit
 // The library's own op table (the JSON manifest) and ABI version, read by pyew at load.
-#include "ew_api.h"
+#include "ew.h"
 
-EW_API int ew_abi_version(void) { return EW_ABI_VERSION; }
+${abi.head(abi.RUNTIME[0])} { return EW_ABI_VERSION; }
 
-EW_API const char* ew_manifest(void) {
+${abi.head(abi.RUNTIME[1])} {
   return R"EW_MANIFEST(${manifest_json})EW_MANIFEST";
 }

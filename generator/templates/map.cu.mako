@@ -1,46 +1,55 @@
-// generated from ${op.source} by generator/ -- do not edit
-// ${kernel.name}: ${op.doc}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
-#include "ew_api.h"
+<%
+  inputs = ', '.join(f'{T.ctype} {i}' for i in op.inputs)
+  init = ', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)
+  pointers = ''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)
+%>\
+// generated from ${comment(op.source)} by generator/ -- do not edit
+// ${kernel.name}: ${comment(op.doc)}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
+#include "ew.h"
 #include "elementwise.cuh"
 #include "naive.cuh"
 #include "fn/${op.name}.cuh"
 
+// The generated code names its own identifiers ew_...; spec names cannot start with that.
 namespace {
 
-struct Fn {
+struct ew_map_fn {
 % for p in op.params:
-  ${ptype(p)} ${p.name};
+  ${ptype(p)} ew_param_${p.name};
 % endfor
 
-  __device__ __forceinline__ ${Out.ctype} operator()(${', '.join(f'{T.ctype} {i}' for i in op.inputs)}) const {
-    return ew::convert<${Out.ctype}>(ewf::${op.name}_fn<${Out.ctype}>{}(${call_args}));
+  __device__ __forceinline__ ${Out.ctype} operator()(${inputs}) const {
+    return ::ew::convert<${Out.ctype}>(::ewf::${op.name}_fn<${Out.ctype}>{}(${call_args}));
   }
 % if pair:
 
   // paired form (two elements per call), from the spec's 'pair' entry for ${T.name}
   __device__ __forceinline__ ${Out.pair} apply2(${', '.join(f'{T.pair} {i}' for i in op.inputs)}) const {
-    return (${pair});
+%   for p in op.params:
+    [[maybe_unused]] const ${ptype(p)} ${p.name} = ew_param_${p.name};
+%   endfor
+    return (${pair});  ${mark}
   }
 % endif
 };
 
 }  // namespace
 
-EW_API int ${entry.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
-  const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
+${abi.head(entry)} {
+  const ew_map_fn ew_f{${init}};
   // tuning "${tuning}" (the spec's, or the generator's guess from the expression)
-  return static_cast<int>(ew::launch_map<ew::${'ComputeBoundTuning' if tuning == 'compute' else 'MemoryBoundTuning'}>(
-      ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, f, n,
-      static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
+  return static_cast<int>(::ew::launch_map<::ew::${'ComputeBoundTuning' if tuning == 'compute' else 'MemoryBoundTuning'}>(
+      ::ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, ew_f, n,
+      static_cast<${Out.ctype}*>(out)${pointers}));
 }
 % for e in [e for e in entries if e.role == "naive"]:
 
-// The seeds' naive one-element-per-thread kernel of the same Fn: the benchmark's baseline only.
-EW_API int ${e.symbol}(void* out, ${''.join(f'const void* {i}, ' for i in op.inputs)}int64_t n, ${''.join(f'{p.c_abi} {p.name}, ' for p in op.params)}void* stream, int sms, int threads_per_sm) {
+// The naive one-element-per-thread kernel of the same function: the benchmark's baseline only.
+${abi.head(e)} {
   (void)sms;
   (void)threads_per_sm;
-  const Fn f{${', '.join(f'static_cast<{ptype(p)}>({p.name})' for p in op.params)}};
-  return static_cast<int>(ew::launch_naive(static_cast<cudaStream_t>(stream), f, n,
-      static_cast<${Out.ctype}*>(out)${''.join(f', static_cast<const {T.ctype}*>({i})' for i in op.inputs)}));
+  const ew_map_fn ew_f{${init}};
+  return static_cast<int>(::ew::launch_naive(static_cast<cudaStream_t>(stream), ew_f, n,
+      static_cast<${Out.ctype}*>(out)${pointers}));
 }
 % endfor
