@@ -7,9 +7,7 @@ import pytest
 
 import pyew
 
-from .conftest import needs_gpu
-
-pytestmark = [pytest.mark.gpu, needs_gpu]
+pytestmark = pytest.mark.gpu
 
 NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 
