@@ -54,14 +54,26 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+_BY_NP: dict = {}      # numpy dtype -> row, filled on first lookup (bfloat16 needs ml_dtypes)
+
+
 def lookup(dtype) -> DType:
     """The table row for a numpy dtype, a dtype name or a DType; KeyError if pyew lacks it."""
     if isinstance(dtype, DType):
         return dtype
     if isinstance(dtype, str) and dtype in BY_NAME:
         return BY_NAME[dtype]
+    try:
+        return _BY_NP[dtype]
+    except (KeyError, TypeError):
+        pass
     npd = np.dtype(dtype)
     for d in TABLE:
         if d.np == npd:
+            try:
+                _BY_NP[dtype] = d
+            except TypeError:       # an unhashable dtype spec
+                pass
+            _BY_NP[npd] = d
             return d
     raise KeyError(str(npd))

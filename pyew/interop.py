@@ -91,7 +91,7 @@ def _check_contiguous(obj, shape, strides, unit: int, op, name) -> None:
 
 def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     try:
-        shape = tuple(int(n) for n in cai["shape"])
+        shape = tuple(cai["shape"])
         typestr = cai["typestr"]
         ptr, read_only = cai["data"]
     except (KeyError, TypeError, ValueError):
@@ -99,7 +99,7 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     if cai.get("mask") is not None:
         raise TypeError(f"{op}: {name!r} is a masked array (__cuda_array_interface__ mask); pyew has no masks")
     try:
-        info = dt.lookup(np.dtype(typestr))
+        info = dt.lookup(typestr)
     except (KeyError, TypeError):
         hint = (" (bfloat16 cannot travel through the CUDA Array Interface: pass it through DLPack, "
                 "e.g. the tensor itself from torch, which pyew reads with __dlpack__)" if typestr.endswith("V2") else "")
@@ -108,7 +108,9 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
         except TypeError:
             shown = typestr
         raise TypeError(f"{op}: {name!r} has dtype {shown!r}, which pyew does not support{hint}") from None
-    _check_contiguous(obj, shape, cai.get("strides"), info.itemsize, op, name)
+    strides = cai.get("strides")
+    if strides is not None:
+        _check_contiguous(obj, shape, strides, info.itemsize, op, name)
     producer = cai.get("stream")
     if producer is not None and producer != _stream_arg(stream):
         if producer == 0:

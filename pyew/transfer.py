@@ -44,11 +44,12 @@ _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte a
 
 @dataclass(frozen=True)
 class Limits:
-    pinned_bytes: int = 128 * _MiB
+    pinned_bytes: int = 256 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = max(1, min(16, os.cpu_count() or 1))
-    # Below this many bytes (all operands of a call together), one shot in the calling thread.
-    small_bytes: int = 1 * _MiB
+    # Below this many bytes (all operands of a call together), one shot in the calling thread:
+    # below it the workers' start-up costs more than they gain (benchmarks/RESULTS.md, crossover).
+    small_bytes: int = 16 * _MiB
     # "stage": copy through the pinned ring; "register": page-lock the caller's arrays in place and
     # DMA straight from and to them (kept for the comparison in the benchmark).
     mode: str = "stage"

@@ -146,9 +146,10 @@ def test_out_inplace_and_stream(op, k, rng):
 def test_scalar_operands(op, k, rng):
     fn = getattr(pyew, op.name)
     x = _inputs(op, k.dtype.name, 1000, rng)[0]
-    s = 3 if k.dtype.kind == "int" else 2.5
+    # a Python scalar does not change the dtype (NEP 50); ml_dtypes' bfloat16 keeps it for ints
+    s = 3 if k.dtype.kind == "int" or k.dtype.name == "bfloat16" else 2.5
     got = fn(x, s, **params_of(op))
-    assert got.dtype == k.out_dtype.np, "a Python scalar does not change the dtype (NEP 50)"
+    assert got.dtype == k.out_dtype.np
     _check(op, k, [x, np.full_like(x, s)], got, "array op scalar")
     got = fn(s, pyew.asarray(x), **params_of(op)).get()
     _check(op, k, [np.full_like(x, s), x], got, "scalar op device array")
@@ -199,3 +200,24 @@ def test_bias_layouts_are_collapsed(rng):
     c = random_array(rng, 16, "float32").reshape(16, 1, 1)
     np.testing.assert_array_equal(pyew.mul(pyew.asarray(x4), pyew.asarray(c)).get(), x4 * c)
     np.testing.assert_array_equal(pyew.add_relu(x4, c), np.maximum(x4 + c, 0))
+
+
+def test_promotion_follows_numpy(rng):
+    """Mixed dtypes run in numpy's result dtype, the narrower operand converted on the GPU;
+    bfloat16 mixes as ml_dtypes' ufuncs do."""
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    a32 = random_array(rng, 1000, "float32")
+    cases = [(a32.astype(np.float16), a32), (a32.astype(np.int32), a32), (a32.astype(np.int32), 2.5),
+             (a32.astype(bf16), a32), (a32.astype(bf16), a32.astype(np.float16)), (a32.astype(bf16), 1.5),
+             (a32.astype(np.int32), a32.astype(np.int64)), (a32.astype(np.float16), 2.5)]
+    for x, y in cases:
+        want = x + y
+        got = pyew.add(x, y)
+        assert got.dtype == want.dtype, (x.dtype, type(y), got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+        dgot = pyew.add(pyew.asarray(x), y if np.isscalar(y) else pyew.asarray(y))
+        assert dgot.dtype == want.dtype
+        np.testing.assert_array_equal(dgot.get(), want)
+    np.testing.assert_allclose(pyew.sigmoid(np.arange(-5, 5, dtype=np.int32)),
+                               1 / (1 + np.exp(-np.arange(-5, 5.0))), rtol=1e-13)

@@ -49,8 +49,8 @@ def test_forward_shapes_and_scalar_addend(dtype, rng):
     y, mask = pyew.relu_mask(x)
     assert y.shape == (3, 7, 5) and mask.shape == (4,)
     check_forward(dtype, x.reshape(-1), None, y.reshape(-1), mask, "3-d")
-    y, mask = pyew.add_relu_mask(x, 0.5)
-    check_forward(dtype, x.reshape(-1), np.full(x.size, 0.5, x.dtype), y.reshape(-1), mask, "scalar addend")
+    y, mask = pyew.add_relu_mask(x, 2)           # a Python int keeps the dtype of x (NEP 50)
+    check_forward(dtype, x.reshape(-1), np.full(x.size, 2, x.dtype), y.reshape(-1), mask, "scalar addend")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import call, library, transfer
+from .. import call, interop, library, transfer
 from .. import runtime as rt
 from ..array import DeviceArray
 from . import OUT_STREAM, P, binder, make_function, positional
@@ -29,7 +29,8 @@ class MapOp:
         # of an input. Same checks as the general path, which handles anything else.
         if not kw and len(args) == self.arity and self.default_pvals is not None:
             a0 = args[0]
-            if type(a0) is DeviceArray:
+            t0 = type(a0)
+            if t0 is DeviceArray:
                 info, shape = a0._info, a0.shape
                 for a in args:
                     if type(a) is not DeviceArray or a._info is not info or a.shape != shape:
@@ -46,7 +47,7 @@ class MapOp:
                                     break
                             else:
                                 return self._run_device(entry, args, rt.resolve_stream(stream), out)
-            elif type(a0) is np.ndarray and out is None:
+            elif t0 is np.ndarray and out is None:
                 # small numpy arrays of one dtype and shape: one shot, without the general path
                 dtype, shape = a0.dtype, a0.shape
                 for a in args:
@@ -59,6 +60,21 @@ class MapOp:
                         s = rt.resolve_stream(stream)
                         if transfer.one_shot(args, (res,), lambda d, o, st: self._launch(entry, o[0], d, a0.size, st), s):
                             return res
+            elif t0 is not np.ndarray:
+                # GPU arrays of other libraries: imported without a copy, then the DeviceArray path
+                s = rt.resolve_stream(stream)
+                devs = [a if type(a) is DeviceArray else interop.import_device(a, s, self.name) for a in args]
+                d0 = devs[0]
+                if d0 is not None:
+                    info, shape = d0._info, d0.shape
+                    entry = self.fast.get(info)
+                    if entry is not None and all(d is not None and d._info is info and d.shape == shape for d in devs):
+                        o = out if out is None or type(out) is DeviceArray else interop.import_device(out, s, self.name)
+                        if o is None and out is None:
+                            return self._run_device(entry, devs, s, None)
+                        if o is not None and o._info is entry[1] and o.shape == shape and not o.readonly \
+                                and not any(call.overlaps(o, d) for d in devs):
+                            return self._run_device(entry, devs, s, o)
         s = rt.resolve_stream(stream)
         pvals = call.param_values(self.op, kw) if (kw or self.op.params) else ()
         p = call.prepare(self.op, args, s)
