@@ -1,11 +1,12 @@
-"""The benchmark harness without a GPU: byte counts, option parsing, table/JSON/PNG writing, the
-targets, peers that are missing, the naive entry points, and one whole run on a simulated GPU
-(fake runtime, library and timer) so every suite's code path runs. No timing is asserted."""
+"""The benchmark harness without a GPU: byte counts, option parsing, suite selection, table/JSON/PNG
+writing, the targets, peers that are missing, the CPU peers' expressions, and the timing logic on
+simulated events and clocks. A whole run on a simulated GPU is in test_bench_run.py. No timing is
+asserted."""
 from __future__ import annotations
 
 import io
-import itertools
 import json
+import re
 import subprocess
 import sys
 import types
@@ -20,21 +21,52 @@ pytest.importorskip("mako", reason="mako (the generator's template engine) is no
 from generator.render import generate, manifest as make_manifest
 from generator.spec import load
 from pyew import dtypes as dt
-from pyew import library, opcall
+from pyew import library
 from pyew import runtime as rt
-from pyew.bench import api_suites, cli, peers, report, targets, timing, traffic
+from pyew.bench import cli, cpu_peers, numpy_suite, peers, report, report_host, targets, timing, traffic
 from pyew.bench.context import Progress, Run
-from pyew.bench.data import Pool, random_host, stride
+from pyew.bench.data import random_host, random_host_n, stride
 from pyew.bench.map_suites import map_cases
+from pyew.bench.suites import SUITES
 from pyew.bench.timing import Timing, rotation_slots
+
+from . import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "libew" / "ops.toml"
 
 
+# ---- a manifest of pyew's own dataclasses, from the generator's JSON ------------------------------------
+
+def fake_manifest(raw: dict, fn_for=None) -> library.Manifest:
+    """library.Manifest for a generator manifest dict; fn_for(op, kernel, entry) gives each entry's
+    callable (default: one returning 0)."""
+    fn_for = fn_for or (lambda o, k, e: (lambda *a: 0))
+    ops = []
+    for o in raw["ops"]:
+        kernels = []
+        for k in o["kernels"]:
+            entries = tuple(library.Entry(role=e["role"], symbol=e["symbol"],
+                                          args=tuple((a, kind) for a, kind in e["args"]), fn=fn_for(o, k, e))
+                            for e in k["entries"])
+            kernels.append(library.Kernel(dtype=dt.BY_NAME[k["dtype"]], out_dtype=dt.BY_NAME[k["out_dtype"]],
+                                          paired=bool(k.get("paired")), entries=entries))
+        params = tuple(library.Param(name=p["name"], type=p["type"], default=p["default"]) for p in o["params"])
+        ops.append(library.Op(name=o["name"], kind=o["kind"], inputs=tuple(o["inputs"]), params=params,
+                              doc=o.get("doc", ""), ref=o.get("ref", ""), out=o.get("out"),
+                              source=o.get("source", ""), rtol=o.get("rtol"), tuning=o.get("tuning"),
+                              kernels=tuple(kernels)))
+    return library.Manifest(abi=raw["abi"], spec_files=(), build_command="make all", ops=tuple(ops), raw=raw)
+
+
 @pytest.fixture(scope="module")
-def spec_manifest():
+def spec_raw():
     return make_manifest(load([SPEC]))
+
+
+@pytest.fixture(scope="module")
+def spec_manifest(spec_raw):
+    return fake_manifest(spec_raw)
 
 
 # ---- bytes and rates -------------------------------------------------------------------------------
@@ -50,7 +82,7 @@ def test_map_bytes_unary_binary_casts():
     assert traffic.copy_bytes(1 << 30) == 2 << 30
 
 
-def test_case_bytes_follow_the_manifest(spec_manifest):
+def test_cases_follow_the_manifest(spec_manifest):
     cases = {(c.op, c.dtype): c for c in map_cases(spec_manifest)}
     assert cases[("gelu", "bfloat16")].bytes(1000) == 4000
     assert cases[("add", "float32")].bytes(1000) == 12000
@@ -58,6 +90,10 @@ def test_case_bytes_follow_the_manifest(spec_manifest):
     assert cases[("to_float16", "float32")].bytes(1000) == 6000
     assert cases[("elu", "float32")].params == {"alpha": 1.0}
     assert cases[("scale", "float32")].params == {"alpha": 1.5}     # required param: the bench's value
+    c = cases[("gelu", "float16")]
+    assert c.symbol == "ew_gelu_f16" and c.naive.symbol == "ew_naive_gelu_f16"
+    assert c.source.endswith("libew/ops.toml")
+    assert {c.op for c in map_cases(spec_manifest, ops=["add"], dtypes=["float16"])} == {"add"}
 
 
 def test_gbps_pct_and_nbytes():
@@ -85,9 +121,13 @@ def test_random_data_never_zero():
         f = v.astype(np.float64)
         assert np.all(f != 0) and (f < 0).any() and (f > 0).any()
     assert stride(1) == 256 and stride(256) == 256 and stride(257) == 512
+    with mock.patch("pyew.bench.data.BLOCK", 1000):
+        t = random_host_n(rng, "float16", 4500)
+    assert t.dtype == np.float16 and t.size == 4500 and np.array_equal(t[1000:2000], t[:1000])
+    assert np.array_equal(t[4000:], t[:500]) and np.all(t != 0)
 
 
-# ---- option parsing --------------------------------------------------------------------------------
+# ---- option parsing and suite selection --------------------------------------------------------------
 
 def test_parse_sizes():
     assert cli.parse_sizes("16:28") == [1 << e for e in range(16, 29)]
@@ -102,21 +142,46 @@ def test_parse_sizes():
 def test_parse_args_defaults_and_quick():
     a = cli.parse_args([])
     assert a.sizes == [1 << e for e in range(16, 29)] and a.repeat == cli.DEFAULT_REPEAT
-    assert a.suites == list(cli.SUITES) and a.peers == ["torch", "cupy"] and a.out == Path("bench-out")
+    assert a.suites == list(SUITES) and a.peers == ["torch", "cupy", "numpy", "numexpr"]
+    assert a.out == Path("bench-out") and a.max_time == cli.DEFAULT_MAX_TIME
+    assert not a.sustained and a.sustained_seconds == 1.0 and not a.sizes_given
+    assert a.numpy_sizes is None and a.numpy_repeat is None and a.cpu_peers_max is None
     q = cli.parse_args(["--quick", "--suites", "map,copy", "--dtypes", "half,f32", "--ops", "gelu,add",
                         "--peers", "none", "--out", "x"])
     assert q.sizes == [1 << 16, 1 << 20, 1 << 24, 1 << 28] and q.repeat == cli.QUICK_REPEAT
     assert q.suites == ["copy", "map"]                                   # always in run order
     assert q.dtypes == ["float16", "bfloat16", "float32"] and q.ops == ["gelu", "add"] and q.peers == []
     assert cli.parse_args(["--quick", "--repeat", "3", "--sizes", "10"]).repeat == 3
+    s = cli.parse_args(["--sustained", "--sustained-seconds", "2.5", "--numpy-sizes", "20,26",
+                        "--numpy-repeat", "7", "--cpu-peers-max", "28", "--sizes=20:24"])
+    assert s.sustained and s.sustained_seconds == 2.5 and s.numpy_sizes == [1 << 20, 1 << 26]
+    assert s.numpy_repeat == 7 and s.cpu_peers_max == 1 << 28 and s.sizes_given
 
 
-@pytest.mark.parametrize("argv", [["--suites", "nope"], ["--dtypes", "float8"], ["--repeat", "0"],
-                                  ["--sizes", "x"]])
+def test_suites_run_in_registry_order():
+    assert list(SUITES) == ["copy", "template", "dot", "upsample", "relu_mask", "overhead", "interop",
+                            "firstcall", "numpy", "map"]
+    assert cli.parse_args(["--suites", "map,numpy,interop"]).suites == ["interop", "numpy", "map"]
+
+
+@pytest.mark.parametrize("argv", [["--suites", "nope"], ["--suites", "roundtrip"],
+                                  ["--dtypes", "float8"], ["--repeat", "0"], ["--sizes", "x"],
+                                  ["--sustained-seconds", "0"], ["--numpy-repeat", "0"],
+                                  ["--cpu-peers-max", "20,24"]])
 def test_parse_args_rejects(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.parse_args(argv)
     assert e.value.code == 2
+
+
+def test_numpy_sizes_follow_the_flags():
+    ns = lambda argv: numpy_suite.numpy_sizes(cli.parse_args(argv))        # noqa: E731
+    assert ns([]) == [1 << 26, 1 << 20, 1 << 24, 1 << 28]                  # the targets' size first
+    assert ns(["--quick"]) == [1 << 20, 1 << 24]
+    assert ns(["--sizes", "16:28:2"]) == [1 << 26, 1 << 20, 1 << 24, 1 << 28]   # a range filter
+    assert ns(["--sizes", "22:26"]) == [1 << 26, 1 << 24]
+    assert ns(["--sizes", "10,12"]) == []
+    assert ns(["--sizes", "10,12", "--numpy-sizes", "12"]) == [1 << 12]
 
 
 def test_unknown_op_is_refused(spec_manifest):
@@ -128,11 +193,25 @@ def test_unknown_op_is_refused(spec_manifest):
 
 def test_cli_help_and_dispatch():
     r = subprocess.run([sys.executable, "-m", "pyew", "bench", "--help"], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode == 0 and "--sizes" in r.stdout and "relu_mask" in r.stdout
+    assert r.returncode == 0, r.stderr
+    for word in ("--sizes", "--sustained", "--sustained-seconds", "--numpy-sizes", "--cpu-peers-max",
+                 "relu_mask", "interop", "firstcall", "numpy", "template"):
+        assert word in r.stdout, word
     r = subprocess.run([sys.executable, "-m", "pyew", "frobnicate"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "unknown command" in r.stderr
     r = subprocess.run([sys.executable, "-m", "pyew"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "bench" in r.stdout
+
+
+def test_the_bench_speaks_only_of_itself():
+    words = re.compile(r"\b(seeds|issues?|sessions?|lent)\b", re.IGNORECASE)
+    files = sorted((ROOT / "pyew" / "bench").rglob("*.py")) + sorted((ROOT / "tests").glob("test_bench*.py"))
+    bad = []
+    for f in files:
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if words.search(line) and "words = re.compile" not in line:
+                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bad, bad
 
 
 # ---- peers ---------------------------------------------------------------------------------------------
@@ -140,11 +219,12 @@ def test_cli_help_and_dispatch():
 def test_missing_peers_are_skipped_with_a_note(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)      # import torch -> ImportError
     monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setitem(sys.modules, "numexpr", None)
     notes = []
-    got = peers.load(["torch", "cupy", "jax"], notes.append)
-    assert got == {}
-    assert any(n.startswith("torch skipped: ModuleNotFoundError") for n in notes), notes
-    assert any(n.startswith("cupy skipped: ModuleNotFoundError") for n in notes), notes
+    got = peers.load(["torch", "cupy", "numexpr", "numpy", "jax"], notes.append)
+    assert list(got) == ["numpy"] and isinstance(got["numpy"], peers.CpuPeer)
+    for name in ("torch", "cupy", "numexpr"):
+        assert any(n.startswith(f"{name} skipped: ModuleNotFoundError") for n in notes), notes
     assert any("unknown peer 'jax'" in n for n in notes)
 
 
@@ -157,11 +237,13 @@ def test_peer_without_gpu_is_skipped(monkeypatch):
     assert "is_available() is False" in notes[0]
 
 
-def test_every_default_map_op_has_peer_mappings(spec_manifest):
-    names = {o["name"] for o in spec_manifest["ops"] if o["kind"] == "map"}
+def test_every_default_map_op_has_peer_mappings(spec_raw):
+    names = {o["name"] for o in spec_raw["ops"] if o["kind"] == "map"}
     assert names <= set(peers.TORCH_MAP), names - set(peers.TORCH_MAP)
     no_cupy = {n for n in names if not peers.mappable(n)["cupy"]}
     assert no_cupy <= {"to_bfloat16"}                          # CuPy has no bfloat16
+    no_numexpr = names - set(cpu_peers.NUMEXPR_MAP)
+    assert no_numexpr <= set(cpu_peers.NUMEXPR_WHY_NOT), no_numexpr
 
 
 def test_unmapped_op_gives_a_reason():
@@ -172,6 +254,8 @@ def test_unmapped_op_gives_a_reason():
     assert cp.op("my_custom_op", "float32", {})[0] is None
     fn, why = cp.op("gelu", "bfloat16", {})
     assert fn is None and "bfloat16" in why
+    cpu = peers.CpuPeer("numpy", np)
+    assert cpu.op("relu", "float32", {})[0] is None
 
 
 def test_cupy_kernels_compute_in_the_right_type():
@@ -200,7 +284,100 @@ def test_torch_views_bfloat16_through_int16():
     t.as_tensor.return_value.view.assert_called_with(t.bfloat16)
 
 
-# ---- report: table, JSON, PNG, targets ----------------------------------------------------------------
+def test_round_trips_copy_in_and_out():
+    t = mock.MagicMock()
+    peer = peers.TorchPeer("torch", t)
+    op = mock.MagicMock()
+    x = np.ones(3, np.float32)
+    r = peer.round_trip(op)(x, x)
+    t.from_numpy.assert_called_with(x)
+    assert op.call_count == 1 and r is op.return_value.cpu.return_value.numpy.return_value
+    cp = mock.MagicMock()
+    r = peers.CupyPeer("cupy", cp).round_trip(op)(x)
+    cp.asarray.assert_called_with(x) and None
+    assert r is op.return_value.get.return_value
+
+
+# ---- the CPU peers: numpy's ref expressions and numexpr's table -----------------------------------------
+
+def _numpy_cases(manifest):
+    return [c for c in map_cases(manifest, dtypes=["float32", "float16"]) if numpy_suite.is_default(c)]
+
+
+def test_numpy_ref_in_the_inputs_dtype(spec_manifest):
+    pytest.importorskip("scipy", reason="scipy gives the numpy peer erf/erfc")
+    erf = cpu_peers.scipy_erf()
+    rng = np.random.default_rng(3)
+    seen = set()
+    for c in _numpy_cases(spec_manifest):
+        op = spec_manifest.op(c.op)
+        fn, why = cpu_peers.numpy_ref(op, c.params, dt.BY_NAME[c.out_dtype].np, erf)
+        assert fn is not None, why
+        xs = [random_host(rng, c.dtype, 257) for _ in c.inputs]
+        got = fn(*xs)
+        assert got.dtype == dt.BY_NAME[c.out_dtype].np and got.shape == (257,), c.label
+        assert all(not np.shares_memory(got, x) for x in xs), c.label           # a new array, as the op's
+        want = reference.evaluate(op.ref, op.inputs, xs, c.params, dt.BY_NAME[c.dtype])
+        tol = 1e-5 if c.dtype == "float32" and c.out_dtype in ("float32", "float64") else 2e-2
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol, err_msg=c.label)
+        seen.add(c.op)
+    assert {"gelu", "sigmoid", "add", "to_float16", "to_float64", "scale"} <= seen
+
+
+def test_numpy_ref_keeps_float32_float32(spec_manifest):
+    op = spec_manifest.op("gelu")                    # np.sqrt(2) must not promote the float32 input
+    calls = []
+    erf = (np.tanh, lambda v: calls.append(v.dtype) or np.ones_like(v))
+    fn, _ = cpu_peers.numpy_ref(op, {}, np.dtype(np.float32), erf)
+    fn(np.linspace(-1, 1, 8, dtype=np.float32))
+    assert calls == [np.float32]
+    assert cpu_peers.WEAK_NP.sqrt(2) == pytest.approx(2 ** 0.5) and isinstance(cpu_peers.WEAK_NP.sqrt(2), float)
+
+
+def test_numpy_ref_without_scipy(spec_manifest):
+    fn, why = cpu_peers.numpy_ref(spec_manifest.op("gelu"), {}, np.dtype(np.float32), None)
+    assert fn is None and "scipy" in why
+    fn, _ = cpu_peers.numpy_ref(spec_manifest.op("sigmoid"), {}, np.dtype(np.float32), None)
+    assert fn is not None                            # no erf in its ref
+
+
+def test_numexpr_table_parses_and_matches(spec_manifest):
+    ne = pytest.importorskip("numexpr")
+    rng = np.random.default_rng(4)
+    for name, (expr, _) in cpu_peers.NUMEXPR_MAP.items():
+        op = spec_manifest.op(name)
+        assert op is not None, f"{name} is not a default op"
+        params = {p.name: (p.default if p.default is not None else 1.5) for p in op.params}
+        fn, why = cpu_peers.numexpr_fn(ne, op, "float32", params)
+        assert fn is not None, why
+        xs = [random_host(rng, "float32", 300) for _ in op.inputs]
+        got = fn(*xs)
+        want_dtype = np.float64 if name == "to_float64" else np.float32
+        assert got.dtype == want_dtype, (name, expr, got.dtype)
+        want = reference.evaluate(op.ref, op.inputs, xs, params, dt.BY_NAME["float32"])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    fn, why = cpu_peers.numexpr_fn(ne, spec_manifest.op("gelu"), "float32", {})
+    assert fn is None and "erf" in why
+    fn, why = cpu_peers.numexpr_fn(ne, spec_manifest.op("relu"), "float16", {})
+    assert fn is None and "float16" in why
+    assert cpu_peers.numexpr_threads(ne) >= 1
+
+
+def test_default_ops_for_the_numpy_suite(spec_manifest):
+    assert numpy_suite.is_default(spec_manifest.op("gelu"))
+    assert not numpy_suite.is_default(types.SimpleNamespace(source="examples/my_ops.toml"))
+    assert numpy_suite.is_default(types.SimpleNamespace(source="/abs/checkout/libew/ops.toml"))
+    run = types.SimpleNamespace(lib=types.SimpleNamespace(manifest=spec_manifest),
+                                args=types.SimpleNamespace(ops=None, dtypes=None))
+    cases = numpy_suite.numpy_cases(run)
+    labels = {nc.case.label for nc in cases}
+    assert {"relu float32", "relu float16", "to_float16 float32", "to_float32 float16", "to_float64 float16",
+            "to_bfloat16 float32"} <= labels
+    assert not any(nc.case.dtype not in ("float32", "float16") for nc in cases)
+    assert "to_float32 float32" not in labels                         # no such kernel
+
+
+# ---- report: tables, JSON, PNG, targets ----------------------------------------------------------------
 
 def _rows():
     n = 1 << 28
@@ -220,21 +397,77 @@ def _rows():
         m("mul", "float16", impl, ms, 2)
     m("to_float32", "float16", "pyew", 0.5, 1, out="float32")
     m("to_float32", "float16", "torch", 1.0, 1, out="float32")
-    rows.append({"suite": "overhead", "name": "pyew.add(x, y)", "dtype": "float32", "n": 1, "impl": "pyew",
-                 "us_per_call": 3.5, "min_us_per_call": 3.2})
+    for impl, us in (("pyew", 3.5), ("torch", 5.0)):
+        rows.append({"suite": "overhead", "name": f"{impl}.add(x, y)", "dtype": "float32", "n": 1, "impl": impl,
+                     "us_per_call": us, "min_us_per_call": us - 0.3})
     rows.append({"suite": "upsample", "name": "forward", "dtype": "float32", "n": 100, "shape": [1, 1, 10, 10],
                  "impl": "pyew", "ms": 0.4, "bytes": 2000, "gbps": 0.005})
     rows.append({"suite": "upsample", "name": "forward", "dtype": "float32", "n": 100, "shape": [1, 1, 10, 10],
                  "impl": "torch", "ms": 1.0, "bytes": 2000, "gbps": 0.002})
+    # the numpy suite
+    big = 1 << 26
+    for name, bw in (("pinned H2D", 25.0), ("pinned D2H", 26.0), ("pinned both ways", 40.0)):
+        moved = 512 << 20 if "both" in name else 256 << 20
+        rows.append({"suite": "pcie", "name": name, "dtype": None, "n": 256 << 20, "impl": "cudaMemcpyAsync",
+                     "ms": moved / (bw * 1e6), "bytes": moved, "gbps": bw})
+
+    def np_row(op, impl, ms, arity=1, dtype="float32", default=True, **extra):
+        nbytes = big * 4 * (arity + 1)
+        rows.append({"suite": "numpy", "name": op, "dtype": dtype, "n": big, "impl": impl, "ms": ms,
+                     "bytes": nbytes, "gbps": nbytes / (ms * 1e6), "arity": arity, "default": default,
+                     "out_dtype": dtype, **extra})
+    np_row("sigmoid", "pyew", 18.0, floor_ms=13.4, floor_ratio=18.0 / 13.4, floor_kind="both ways",
+           max_abs_diff_vs_numpy=1.2e-7)
+    np_row("sigmoid", "numexpr", 30.0)
+    np_row("sigmoid", "numpy", 250.0)
+    np_row("sigmoid", "torch", 120.0)
+    np_row("relu", "pyew", 17.0)
+    np_row("relu", "numexpr", 16.0)                               # numexpr wins: the target is missed
+    np_row("gelu", "pyew", 19.0)                                  # no numexpr row (no erf)
+    np_row("softplus", "pyew", 19.0, default=False)
+    np_row("softplus", "numexpr", 5.0, default=False)             # not a default op: not in the target
+    np_row("add", "pyew", 26.0, arity=2)
+    for k, one, st in ((1 << 8, 30.0, 60.0), (1 << 10, 32.0, 61.0), (1 << 12, 40.0, 62.0), (1 << 14, 90.0, 70.0),
+                       (1 << 16, 200.0, 100.0)):
+        for impl, us in (("one shot", one), ("streamed", st)):
+            rows.append({"suite": "crossover", "name": "sigmoid", "dtype": "float32", "n": k, "impl": impl,
+                         "us_per_call": us, "bytes": 8 * k, "ms": us / 1e3})
+    for impl, us in (("pyew", 42.0), ("torch", 60.0), ("cupy", 80.0)):
+        rows.append({"suite": "small", "name": "sigmoid", "dtype": "float32", "n": 16, "impl": impl,
+                     "us_per_call": us, "min_us_per_call": us})
+    rows.append({"suite": "small", "name": "add", "dtype": "float32", "n": 16, "impl": "pyew",
+                 "us_per_call": 55.0, "min_us_per_call": 50.0})
+    for mode, ms in (("stage", 20.0), ("register", 45.0)):
+        rows.append({"suite": "transfer", "name": "sigmoid", "dtype": "float32", "n": 1 << 24, "impl": mode,
+                     "ms": ms, "bytes": 8 << 24, "gbps": (8 << 24) / (ms * 1e6)})
+    rows.append({"suite": "transfer", "name": "cudaHostRegister", "dtype": None, "n": 256 << 20, "impl": "runtime",
+                 "ms": 40.0, "bytes": 256 << 20, "gbps": 6.7})
+    for t in (1, 4):
+        rows.append({"suite": "transfer", "name": "np.copyto pageable -> pinned", "dtype": None, "n": 256 << 20,
+                     "impl": f"{t} threads", "threads": t, "ms": 40.0 / t, "bytes": 256 << 20, "gbps": 6.7 * t})
+    for impl, foreign, us in (("DeviceArray", 0, 7.0), ("torch", 2, 10.0), ("cupy", 2, 13.0),
+                              ("torch + DeviceArray", 1, 8.5)):
+        rows.append({"suite": "interop", "name": "pyew.add", "dtype": "float32", "n": 1, "impl": impl,
+                     "foreign": foreign, "us_per_call": us, "min_us_per_call": us})
+    rows.append({"suite": "interop", "name": "bfloat16 round trip", "dtype": "bfloat16", "n": 4096, "impl": "torch",
+                 "ok": True, "check": "torch -> pyew.relu -> torch.from_dlpack"})
+    rows.append({"suite": "firstcall", "name": "gelu", "dtype": "float32", "n": 1 << 16, "impl": "pyew",
+                 "first_us": 2500.0, "second_us": 30.0, "third_us": 28.0, "lazy_us": 2470.0, "import_ms": 300.0,
+                 "setup_ms": 400.0, "primer": "add float64", "primer_first_us": 9000.0, "module_loading": None})
+    for impl, ms, gb in (("pyew", 0.75, 2800.0), ("torch", 0.95, 2200.0)):
+        rows.append({"suite": "sustained", "name": "gelu", "dtype": "float16", "n": n, "impl": impl, "ms": ms,
+                     "bytes": n * 4, "gbps": n * 4 / (ms * 1e6), "calls": 2700, "seconds": 2.0,
+                     "segment_gbps": [gb, gb - 20], "burst_gbps": gb + 100})
     for r in rows:
-        if r.get("gbps") and r["suite"] != "copy":
+        if r.get("gbps") and r["suite"] == "map":
             r["pct_copy"] = 100 * r["gbps"] / 3000.0
     return rows
 
 
 META = {"date": "2026-01-01 00:00 UTC", "command": "python -m pyew bench", "seed": 1,
         "device": {"name": "Test GPU", "sms": 132, "l2_bytes": 50 << 20, "capability": [9, 0]},
-        "map_order": [["gelu", "float16"], ["mul", "float16"], ["to_float32", "float16"]]}
+        "map_order": [["gelu", "float16"], ["mul", "float16"], ["to_float32", "float16"]],
+        "transfer_limits": {"small_bytes": 1 << 20}}
 
 
 def _md_tables_are_rectangular(text):
@@ -245,22 +478,71 @@ def _md_tables_are_rectangular(text):
             assert len(widths) == 1, block
 
 
+def _cells(text, start):
+    line = next(ln for ln in text.splitlines() if ln.startswith(start))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def test_table_text():
     text = report.render(_rows(), 3000.0, META, ["torch skipped: test"])
     _md_tables_are_rectangular(text)
     assert "copy ceiling" in text and "**3000 GB/s**" in text
     head = text.split("## Map ops at 2^28 elements")[1]
-    gelu = next(ln for ln in head.splitlines() if ln.startswith("| gelu | float16"))
-    cells = [c.strip() for c in gelu.strip("|").split("|")]
+    cells = _cells(head, "| gelu | float16")
     # tuning, pyew GB/s, % copy, naive, torch, torch %, CuPy, CuPy %, vs naive, vs torch, vs CuPy
     assert cells[2] == "compute"
     assert cells[3] == f"{(1 << 28) * 8 / 0.7e6:.0f}"
     assert cells[10:] == ["2.14x", "1.29x", "2.00x"]
-    assert "mul float16 | 2^28" in text and "2.50x" in text         # seeds: template vs naive
-    assert "float16 -> float32" in text and "0.50x" in text          # seeds: cast vs torch
+    assert "## Naive vs template (OneFlow's comparison)" in text and "## Casts vs PyTorch (OneFlow's comparison)" in text
+    assert "mul float16 | 2^28" in text and "2.50x" in text
+    assert "float16 -> float32" in text and "0.50x" in text
     assert "`pyew.add(x, y)` | 3.50" in text
     assert "## pyew by size" in text and "| 2^26 | 2^28 |" in text
     assert "- torch skipped: test" in text
+    assert "## pyew's performance targets" in text
+
+
+def test_numpy_and_host_sections():
+    text = report.render(_rows(), 3000.0, META, [])
+    numpy_part = text.split("## numpy in, numpy out")[1]
+    assert "H2D 25 GB/s, D2H 26 GB/s, both ways 40 GB/s" in numpy_part
+    cells = _cells(numpy_part.split("### 2^26 elements")[1], "| sigmoid | float32")
+    # pyew, floor, pyew/floor, numpy, numexpr, torch, CuPy, vs numpy, vs numexpr, vs torch, vs CuPy, diff
+    assert cells[2:5] == ["18.000 ms", "13.400 ms", "1.34x"]
+    assert cells[9:] == ["13.89x", "1.67x", "6.67x", "—", "1.2e-07"]
+    cross = text.split("## Crossover")[1]
+    assert "from 2^14 elements (128 KiB moved" in cross and "small_bytes is 1 MiB now" in cross
+    assert _cells(cross, "| 2^14")[-1] == "streamed" and _cells(cross, "| 2^12")[-1] == "one shot"
+    assert _cells(text.split("## Small calls")[1], "| sigmoid")[3:] == ["42.00", "60.00", "80.00"]
+    modes = text.split("## Transfer modes")[1]
+    assert _cells(modes, "| sigmoid")[3:] == ["20.000 ms", "45.000 ms", "2.25x"]
+    raw = text.split("## Raw transfer costs")[1]
+    assert "cudaHostRegister of 256 MiB: 40.000 ms" in raw and "| 1 threads | 4 threads |" in raw
+    inter = text.split("## Interop")[1]
+    assert _cells(inter, "| `pyew.add` on torch |")[-1] == "+1.50"
+    assert _cells(inter, "| `pyew.add` on torch + DeviceArray")[-1] == "+1.50"
+    assert "equal to torch.relu" in inter
+    first = text.split("## First call")[1]
+    assert _cells(first, "| gelu")[3:] == ["2500", "30.00", "28.00", "2470"]
+    assert "not set (LAZY" in first and "add float64" in first
+    sus = text.split("## Sustained")[1]
+    assert _cells(sus, "| gelu")[3:6] == ["2900", f"{(1 << 28) * 4 / 0.75e6:.0f}", "2800 / 2780"]
+
+
+def test_crossover_and_floor_helpers():
+    rows = _rows()
+    assert report_host.crossover_point(rows) == (1 << 14, 8 << 14)
+    only_one_shot = [r for r in rows if not (r["suite"] == "crossover" and r["n"] >= 1 << 14)]
+    assert report_host.crossover_point(only_one_shot) is None
+    assert "one-shot path is faster up to 2^12" in report_host.crossover_text(only_one_shot)
+    # a dip that does not last is no crossover: streamed must stay ahead at every larger size
+    dip = [dict(r, us_per_call=10.0) if r["suite"] == "crossover" and r["n"] == 1 << 10 and r["impl"] == "streamed"
+           else r for r in rows]
+    assert report_host.crossover_point(dip) == (1 << 14, 8 << 14)
+    ms, kind = report_host.transfer_floor(rows, 4 << 20, 4 << 20)
+    assert kind == "both ways" and ms == pytest.approx((8 << 20) / 40e6)
+    assert report_host.transfer_floor(rows, 4 << 20, 0)[1] == "H2D"
+    assert report_host.transfer_floor([], 1, 1) == (None, None)
 
 
 def test_targets():
@@ -276,6 +558,20 @@ def test_targets():
     assert by(">= 1.7x CuPy")["met"] is None                    # no float32 rows
     assert by(">= 3.4x CuPy")["met"] is False                   # gelu f16: 2.0x
     assert "gelu float16" in by("unary ops")["measured"]
+    assert by("numpy in/out: sigmoid")["met"] is True            # 18 ms
+    assert by("numpy in/out: add")["met"] is False               # 26 ms
+    ne = by("numpy in/out: every one-input")
+    assert ne["met"] is False and "relu" in ne["measured"] and "no numexpr row for gelu" in ne["measured"]
+    assert "softplus" not in ne["measured"]
+    assert by("small calls")["met"] is False and "add 55.0" in by("small calls")["measured"]
+    assert by("a foreign GPU operand")["met"] is False          # cupy: +3.0 µs per operand
+    assert "cupy" in by("a foreign GPU operand")["measured"]
+    assert by("pyew.add on 1-element")["met"] is True            # 3.5 vs 5.0 µs
+
+
+def test_targets_not_measured_on_empty_rows():
+    for t in targets.evaluate([], None):
+        assert t["met"] is None, t
 
 
 def test_json_written_and_clean(tmp_path):
@@ -317,21 +613,28 @@ def test_time_limit_skips_with_one_note():
     now = [0.0]
     run = Run(types.SimpleNamespace(max_time=10.0), Progress(io.StringIO()), clock=lambda: now[0])
     assert not run.out_of_time()
+    now[0] = 5.0
+    assert not run.out_of_time(reserve=4.0)
+    now[0] = 7.0
+    run.suite = "numpy"
+    assert run.out_of_time(reserve=4.0, why="the map sweep") and run.out_of_time(reserve=4.0, why="the map sweep")
+    assert len([n for n in run.notes if "for the map sweep" in n]) == 1
+    assert not run.out_of_time()                                   # the map sweep still has its time
     now[0] = 11.0
     assert run.out_of_time() and run.out_of_time()
-    assert len([n for n in run.notes if "--max-time" in n]) == 1
+    assert len([n for n in run.notes if "past --max-time" in n]) == 1
 
 
 # ---- the naive entry points -------------------------------------------------------------------------
 
-def test_naive_entry_in_manifest_and_source(tmp_path, spec_manifest):
-    for op in spec_manifest["ops"]:
+def test_naive_entry_in_manifest_and_source(tmp_path, spec_raw):
+    for op in spec_raw["ops"]:
         if op["kind"] != "map":
             continue
         for k in op["kernels"]:
             roles = [e["role"] for e in k["entries"]]
-            assert roles == ["forward", "naive"], (op["name"], roles)    # pyew binds entries[0]
-            fwd, naive = k["entries"]
+            assert roles[:2] == ["forward", "naive"], (op["name"], roles)
+            fwd, naive = k["entries"][:2]
             assert naive["symbol"] == fwd["symbol"].replace("ew_", "ew_naive_", 1)
             assert naive["args"] == fwd["args"]
     generate(load([SPEC]), tmp_path)
@@ -357,144 +660,38 @@ def test_naive_symbols_exported_by_the_built_library():
     assert want <= exported, sorted(want - exported)[:5]
 
 
-# ---- one whole run on a simulated GPU -----------------------------------------------------------------
+# ---- timing logic on simulated events and clocks --------------------------------------------------------
 
-class _FakeLib:
-    def __init__(self, man):
-        self.manifest, self.path, self.calls = man, Path("/fake/libew.so"), []
-        self.symbols = {e["symbol"]: self._entry(e["symbol"], len(e["args"]))
-                        for o in man["ops"] for k in o["kernels"] for e in k["entries"]}
-        self.fill = lambda *a: 0
+class _ClockEvent:
+    """rt.Event on a fake GPU clock."""
+    clock = [0.0]
 
-    def _entry(self, sym, nargs):
-        def call(*args):
-            assert len(args) == nargs, (sym, args)
-            self.calls.append((sym, args))
-            return 0
-        return call
+    def __init__(self, timing=False):
+        self.t = None
 
-    def check(self, rc, where):
-        assert rc == 0, where
+    def record(self, stream_cu):
+        self.t = _ClockEvent.clock[0]
 
-
-class _FakeTimer:
-    def __init__(self, max_reps=256):
-        self.count = 0
-
-    def measure(self, calls, reps, warmup=2, budget_ms=2000.0, check=None):
-        for c in calls:                     # every prepared call runs once: their arguments are valid
-            r = c()
-            if check is not None:
-                check(r)
-        self.count += 1
-        t = 0.5 + (self.count % 5) / 10
-        return Timing(t, t, t, reps)
-
-    def close(self):
+    def synchronize(self):
         pass
 
+    def done(self):
+        return True
 
-@pytest.fixture
-def fake_gpu(monkeypatch, spec_manifest):
-    man = dict(spec_manifest, ops=[o for o in spec_manifest["ops"] if o["kind"] == "map"])
-    lib = _FakeLib(man)
-    ptrs = itertools.count(1 << 20, 1 << 16)
-    dev = rt.Device(0, "Fake GPU", (9, 0), 132, 2048, 80 << 30, 1 << 20, None)
-    info = {"ordinal": 0, "name": "Fake GPU", "capability": (9, 0), "sms": 132, "threads_per_sm": 2048,
-            "l2_bytes": 1 << 20, "total_memory": 80 << 30, "free_memory": 70 << 30}
-    ok = lambda *a: (0,)        # noqa: E731
-    monkeypatch.setattr(library, "get", lambda: lib)
-    monkeypatch.setattr(rt, "device", lambda: dev)
-    monkeypatch.setattr(rt, "device_info", lambda: info)
-    monkeypatch.setattr(rt, "malloc", lambda nbytes, s: next(ptrs) if nbytes else 0)
-    for name in ("free", "copy_htod", "copy_dtoh", "copy_dtod", "stream_wait"):
-        monkeypatch.setattr(rt, name, lambda *a: None)
-    monkeypatch.setattr(rt, "synchronize", lambda: None)
-    monkeypatch.setattr(rt, "_rt", types.SimpleNamespace(cudaMemsetAsync=ok, cudaMemPoolTrimTo=ok,
-                                                          cudaStreamSynchronize=ok))
-    monkeypatch.setattr(timing, "GpuTimer", _FakeTimer)
-    monkeypatch.setattr(peers, "LOADERS", {
-        "torch": lambda: peers.TorchPeer("torch", mock.MagicMock(__version__="fake")),
-        "cupy": lambda: peers.CupyPeer("cupy", mock.MagicMock(__version__="fake"))})
-    monkeypatch.setattr(api_suites, "ROUNDTRIP_N", 1 << 10)
-    monkeypatch.setattr(api_suites, "OVERHEAD_QUICK", (20, 2))
-    opcall.reset()
-    yield lib
-    opcall.reset()
-
-
-def test_simulated_run(fake_gpu, tmp_path, capsys):
-    rc = cli.main(["--quick", "--sizes", "10,12", "--ops", "gelu,add,mul,to_float32,to_float16",
-                   "--out", str(tmp_path), "--no-png", "--max-time", "120"])
-    assert rc == 0
-    out, err = capsys.readouterr()
-    doc = json.loads((tmp_path / "bench.json").read_text())
-    rows = doc["rows"]
-    keys = {(r["suite"], r["name"], r["dtype"], r["n"], r["impl"]) for r in rows}
-    for impl in ("pyew", "naive", "torch", "cupy"):
-        assert ("map", "gelu", "float16", 1 << 12, impl) in keys
-        assert ("map", "add", "int64", 1 << 10, impl) in keys
-    assert ("map", "gelu", "bfloat16", 1 << 12, "torch") in keys
-    assert ("map", "gelu", "bfloat16", 1 << 12, "cupy") not in keys          # CuPy: no bfloat16
-    assert len(keys) == len(rows)                                              # nothing measured twice
-    assert doc["copy_gbps"] and all("pct_copy" in r for r in rows if r["suite"] == "map")
-    # pyew and naive ran through their own entry points with n and the device's launch numbers
-    syms = {s for s, _ in fake_gpu.calls}
-    assert "ew_gelu_f16" in syms and "ew_naive_gelu_f16" in syms
-    sym, args = next(c for c in fake_gpu.calls if c[0] == "ew_naive_mul_f32")
-    assert args[3] in (1 << 10, 1 << 12) and args[-2:] == (132, 2048)
-    # the suites whose pyew functions this library lacks are skipped with a note
-    assert any("no pyew.dot" in n for n in doc["notes"])
-    assert {r["suite"] for r in rows} >= {"copy", "map", "overhead", "roundtrip"}
-    assert "## Map ops at 2^12 elements" in out and "## Targets (issue 4)" in out
-    assert "== map" in err
-    assert (tmp_path / "bench.md").read_text() == out
-
-
-def test_pool_views_rotate_inside_the_buffer(fake_gpu):
-    p = Pool("float16", 1 << 12, span_bytes=1 << 20)          # 2^19 float16 elements: the span wins
-    assert p.elems == 1 << 19 and p.capacity(1 << 12) == 128 and p.capacity(1000) == (1 << 19) // 1024
-    base = p.array.ptr
-    for slot in (0, 1, 127, 128):
-        v = p.view(slot, 1000)
-        assert v.size == 1000 and (v.ptr - base) % 512 == 0      # 256 elements apart: 16-byte packs stay possible
-        assert base <= v.ptr and v.ptr + v.nbytes <= base + p.nbytes
-    assert p.view(128, 1 << 12).ptr == base                      # wraps around past the capacity
-
-
-def test_poisoned_context_stops_the_run_and_keeps_the_report(fake_gpu, tmp_path, capsys):
-    from pyew.errors import CudaError
-
-    def broken(*args):
-        raise CudaError(700, "cudaErrorIllegalAddress", "ew_gelu_f32")
-    fake_gpu.symbols["ew_gelu_f32"] = broken
-    rc = cli.main(["--quick", "--sizes", "10", "--suites", "copy,map", "--ops", "gelu", "--dtypes", "f32",
-                   "--out", str(tmp_path), "--no-png", "--peers", "none"])
-    assert rc == 0
-    doc = json.loads((tmp_path / "bench.json").read_text())
-    assert any("run stopped" in n and "cudaErrorIllegalAddress" in n for n in doc["notes"])
-    assert [r["suite"] for r in doc["rows"]] == ["copy"]
+    def elapsed_ms(self, start):
+        return self.t - start.t
 
 
 def test_gpu_timer_logic_with_simulated_events(monkeypatch):
     """The event bookkeeping of GpuTimer.measure on a fake clock: each call 'takes' 3 ms of GPU time,
     each prefill memset 0.1 ms; a slow call gets fewer reps within the budget."""
-    clock = [0.0]
-
-    class Ev:
-        t = None
-
-    def record(ev, stream):
-        ev.t = clock[0]
-        return (0,)
+    clock = _ClockEvent.clock
+    clock[0] = 0.0
 
     def memset(*a):
         clock[0] += 0.1
-        return (0,)
-    fake = types.SimpleNamespace(
-        cudaEventCreate=lambda: (0, Ev()), cudaEventRecord=record, cudaEventSynchronize=lambda ev: (0,),
-        cudaEventElapsedTime=lambda a, b: (0, b.t - a.t), cudaMemsetAsync=memset, cudaEventDestroy=lambda ev: (0,))
-    monkeypatch.setattr(rt, "_rt", fake)
+    monkeypatch.setattr(rt, "Event", _ClockEvent)
+    monkeypatch.setattr(rt, "memset", memset)
     monkeypatch.setattr(rt, "malloc", lambda n, s: 1 << 20)
     monkeypatch.setattr(rt, "free", lambda *a: None)
     monkeypatch.setattr(rt, "synchronize", lambda: None)
@@ -515,3 +712,40 @@ def test_gpu_timer_logic_with_simulated_events(monkeypatch):
     with pytest.raises(AssertionError):
         timer.measure(calls, reps=2, check=lambda rc: (_ for _ in ()).throw(AssertionError("rc")))
     timer.close()
+
+
+def test_sustained_runs_until_the_time_is_up(monkeypatch):
+    gpu = _ClockEvent.clock
+    gpu[0] = 0.0
+    wall = [0.0]
+    monkeypatch.setattr(rt, "Event", _ClockEvent)
+    seen = []
+
+    def call(i):
+        gpu[0] += 2.0                      # ms of GPU time
+        wall[0] += 0.002                   # the host keeps pace with the GPU
+        seen.append(i)
+        return 0
+    calls = [lambda i=i: call(i) for i in range(2)]
+    checked = []
+    count, ms = timing.sustained(calls, seconds=0.1, batch=5, check=checked.append, clock=lambda: wall[0])
+    assert count == 50 and ms == pytest.approx(100.0) and len(checked) == 10
+    assert seen[:4] == [0, 1, 0, 1]
+
+
+def test_wall_stats_and_per_call(monkeypatch):
+    now = [0.0]
+    cost = [0.5]                            # seconds per call
+
+    def fn():
+        now[0] += cost[0]
+    t = timing.wall_stats(fn, reps=5, warmup=1, budget_s=1.0, min_reps=3, clock=lambda: now[0])
+    assert t.reps == 3 and t.median_ms == pytest.approx(500.0) and t.warmup_ms == pytest.approx(500.0)
+    cost[0] = 0.01
+    t = timing.wall_stats(fn, reps=5, warmup=1, budget_s=1.0, clock=lambda: now[0])
+    assert t.reps == 5
+    t = timing.wall_stats(fn, reps=2, warmup=0, budget_s=1.0, clock=lambda: now[0])
+    assert t.reps == 2
+    cost[0] = 1e-5
+    med, best, calls = timing.per_call_us(fn, budget_s=0.01, repeats=4, clock=lambda: now[0])
+    assert med == pytest.approx(10.0, rel=1e-6) and calls % 4 == 0 and 4 * 240 <= calls <= 4 * 250

@@ -1,8 +1,9 @@
 """Suites over pyew's Python API: pyew.dot's methods, upsample 2x forward/backward, relu-mask
-backward (each vs PyTorch, timed with events around the Python call), host overhead per call on
-tiny arrays, and the numpy round trip of sigmoid (wall clock, numpy in and numpy out).
+backward (each vs PyTorch, timed with events around the Python call), and host overhead per call
+on tiny arrays.
 
-A suite whose pyew function is not in the loaded library is skipped with a note.
+A suite whose pyew function is not in the loaded library is skipped with a note. Every suite calls
+what it times once on a tiny array first (warm.py), so CUDA's lazy module loading is not timed.
 """
 from __future__ import annotations
 
@@ -10,20 +11,22 @@ import functools
 
 import numpy as np
 
-from .. import opcall
+from .. import dtypes as dt
+from .. import kinds
 from .. import runtime as rt
-from ..array import asarray, empty
+from ..array import empty
 from ..errors import PyewError
+from ..interop import asarray
 from . import traffic
 from .data import random_device
-from .timing import rotation_slots, wall_ms, wall_per_call_us
+from .timing import rotation_slots, wall_per_call_us
+from .warm import warm_up
 
 UPSAMPLE_SHAPE = (16, 32, 80, 80)
 RELU_MASK_SHAPE = (16, 32, 112, 112)
 BATCH_SCALE = 8                         # and again at 8x the batch
 DOT_N = 1 << 24
 DOT_METHODS = ("fast", "half_atomic", "half2_pack")
-ROUNDTRIP_N = 1 << 26
 API_DTYPES = ("float32", "float16")
 OVERHEAD_CALLS = (10000, 5)             # calls per repeat, repeats
 OVERHEAD_QUICK = (2000, 3)
@@ -31,7 +34,7 @@ OVERHEAD_QUICK = (2000, 3)
 
 def _have(run, suite: str, *names) -> bool:
     try:
-        table = opcall.table()
+        table = kinds.table()
     except PyewError as e:
         run.note(f"{suite}: skipped, pyew's op table does not load: {e}")
         return False
@@ -42,10 +45,10 @@ def _have(run, suite: str, *names) -> bool:
 
 
 def _op_dtypes(run, name: str) -> list[str]:
-    for info in run.lib.manifest["ops"]:
-        if info["name"] == name:
-            return [k["dtype"] for k in info["kernels"]]
-    return []
+    op = run.lib.manifest.op(name)
+    if op is None and name.endswith("_backward"):        # bound beside its forward op
+        op = run.lib.manifest.op(name[:-len("_backward")])
+    return [k.dtype.name for k in op.kernels] if op is not None else []
 
 
 def _api_dtypes(run, name: str) -> list[str]:
@@ -101,7 +104,18 @@ def suite_upsample(run) -> None:
         return
     peer, tf = _torch(run, "upsample_nearest2d")
     _, tb = _torch(run, "upsample_nearest2d_backward")
-    for dtype in _api_dtypes(run, "upsample_nearest2d"):
+    dtypes = _api_dtypes(run, "upsample_nearest2d")
+    warm = []
+    for dtype in dtypes:
+        x, dy = random_device(run.rng, dtype, (1, 2, 4, 4)), random_device(run.rng, dtype, (1, 2, 8, 8))
+        warm += [functools.partial(pyew.upsample_nearest2d, x, scale=2),
+                 functools.partial(pyew.upsample_nearest2d_backward, dy, scale=2)]
+        if tf is not None:
+            warm.append(functools.partial(tf, peer.wrap(x)))
+        if tb is not None:
+            warm.append(functools.partial(tb, peer.wrap(dy)))
+    warm_up(run, warm, "upsample")
+    for dtype in dtypes:
         for shape in _batched(UPSAMPLE_SHAPE):
             N, C, H, W = shape
             k = _slots(run, 5 * int(np.prod(shape)) * np.dtype(dtype).itemsize)
@@ -128,7 +142,16 @@ def suite_relu_mask(run) -> None:
     if not _have(run, "relu_mask", "relu_mask", "relu_mask_backward"):
         return
     peer, tbw = _torch(run, "threshold_backward")
-    for dtype in _api_dtypes(run, "relu_mask_backward"):
+    dtypes = _api_dtypes(run, "relu_mask_backward")
+    warm = []
+    for dtype in dtypes:
+        x, dy = random_device(run.rng, dtype, (64,)), random_device(run.rng, dtype, (64,))
+        warm += [functools.partial(pyew.relu_mask, x),
+                 lambda x=x, dy=dy: pyew.relu_mask_backward(dy, pyew.relu_mask(x)[1])]
+        if tbw is not None:
+            warm.append(lambda x=x, dy=dy: tbw(peer.wrap(dy), peer.mod.relu(peer.wrap(x))))
+    warm_up(run, warm, "relu_mask")
+    for dtype in dtypes:
         for shape in _batched(RELU_MASK_SHAPE):
             k = _slots(run, 3 * int(np.prod(shape)) * np.dtype(dtype).itemsize)
             xs = [random_device(run.rng, dtype, shape) for _ in range(k)]
@@ -152,12 +175,9 @@ def suite_relu_mask(run) -> None:
 # ---- pyew.dot's methods -----------------------------------------------------------------------------
 
 def _dot_methods(run, dtype: str) -> tuple:
-    for info in run.lib.manifest["ops"]:
-        if info["name"] == "dot":
-            for k in info["kernels"]:
-                if k["dtype"] == dtype:
-                    return tuple(e["role"] for e in k["entries"])
-    return DOT_METHODS
+    op = run.lib.manifest.op("dot")
+    k = op.kernel(dt.BY_NAME[dtype]) if op is not None else None
+    return tuple(e.role for e in k.entries) if k is not None else DOT_METHODS
 
 
 def suite_dot(run) -> None:
@@ -170,10 +190,16 @@ def suite_dot(run) -> None:
     if dtype not in _op_dtypes(run, "dot"):
         run.note("dot: the library has no float16 dot; skipped")
         return
+    methods = _dot_methods(run, dtype)
+    wa, wb = random_device(run.rng, dtype, 256), random_device(run.rng, dtype, 256)
+    warm = [functools.partial(pyew.dot, wa, wb, method=m) for m in methods]
+    if tdot is not None:
+        warm.append(functools.partial(tdot, peer.wrap(wa), peer.wrap(wb)))
+    warm_up(run, warm, "dot")
     k = _slots(run, 2 * n * 2)
     a = [random_device(run.rng, dtype, n) for _ in range(k)]
     b = [random_device(run.rng, dtype, n) for _ in range(k)]
-    for method in _dot_methods(run, dtype):
+    for method in methods:
         _timed(run, "dot", method, dtype, (n,), "pyew",
                [functools.partial(pyew.dot, x, y, method=method) for x, y in zip(a, b)])
     if tdot is not None:
@@ -193,18 +219,20 @@ def suite_overhead(run) -> None:
     x = asarray(np.array([1.25], np.float32))
     y = asarray(np.array([-0.5], np.float32))
     z = empty(1, "float32")
-    lib, dev = run.lib, run.dev
+    dev = run.dev
     cases = [("pyew.add(x, y)", "pyew", lambda: pyew.add(x, y)),
              ("pyew.add(x, y, out=z)", "pyew", lambda: pyew.add(x, y, out=z))]
-    sym = next((c.symbol for c in _add_cases(run)), None)
-    if sym:
-        entry = functools.partial(lib.symbols[sym], z.ptr, x.ptr, y.ptr, 1, 0, dev.sms, dev.threads_per_sm)
-        cases.append((f"{sym} via ctypes", "entry", entry))
+    add = next(iter(_add_cases(run)), None)
+    if add is not None:
+        entry = functools.partial(add.forward.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, dev.sms,
+                                  dev.threads_per_sm)
+        cases.append((f"{add.symbol} via ctypes", "entry", entry))
     for name, peer in run.peers.items():
         fn, _ = peer.api("add")
         if fn is not None:
             px, py = peer.wrap(x), peer.wrap(y)
             cases.append((f"{name}.add(x, y)", name, functools.partial(fn, px, py)))
+    warm_up(run, [fn for _, _, fn in cases], "overhead")
     for label, impl, fn in cases:
         if run.out_of_time():
             return
@@ -221,54 +249,3 @@ def suite_overhead(run) -> None:
 def _add_cases(run):
     from .map_suites import map_cases
     return map_cases(run.lib.manifest, ops=["add"], dtypes=["float32"])
-
-
-# ---- numpy round trip ----------------------------------------------------------------------------------
-
-def _np_sigmoid(x):
-    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
-
-
-def suite_roundtrip(run) -> None:
-    """sigmoid of 2^26 float32: numpy array in, numpy array out, wall clock, copies included."""
-    import pyew
-    if not _have(run, "roundtrip", "sigmoid"):
-        return
-    n = ROUNDTRIP_N
-    x = (run.rng.random(n, dtype=np.float32) * 16 - 8).astype(np.float32)
-    reps = 2 if run.args.quick else 5
-    cases = [("pyew", lambda: pyew.sigmoid(x))]
-    for name, peer in run.peers.items():
-        fn, _ = peer.api("sigmoid")
-        if fn is None:
-            continue
-        if name == "torch":
-            cases.append((name, lambda fn=fn, t=peer.mod: fn(t.from_numpy(x).cuda()).cpu().numpy()))
-        else:
-            cases.append((name, lambda fn=fn, cp=peer.mod: cp.asnumpy(fn(cp.asarray(x)))))
-    cases.append(("numpy", lambda: _np_sigmoid(x)))
-    results = {}
-    for impl, fn in cases:
-        if run.out_of_time():
-            break
-        run.status(f"sigmoid round trip {impl}")
-        try:
-            med, best, results[impl] = wall_ms(fn, reps)
-        except Exception as e:
-            run.failed(f"roundtrip: {impl}", e)
-            continue
-        run.add(suite="roundtrip", name="sigmoid", dtype="float32", n=n, impl=impl, ms=med, min_ms=best,
-                reps=reps, bytes=2 * x.nbytes)
-    # agreement with numpy, so a fast wrong answer shows
-    ref = results.get("numpy")
-    for r in run.select(suite="roundtrip"):
-        out = results.get(r["impl"])
-        if ref is None or out is None:
-            continue
-        try:
-            with np.errstate(all="ignore"):
-                out = np.asarray(out, np.float64)
-            if out.shape == ref.shape:
-                r["max_abs_err_vs_numpy"] = float(np.max(np.abs(out - ref)))
-        except (TypeError, ValueError):
-            pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import shlex
 import subprocess
@@ -25,7 +26,8 @@ DEFAULT_SIZES = "16:28"
 QUICK_SIZES = "16,20,24,28"
 DEFAULT_REPEAT = 25
 QUICK_REPEAT = 10
-DEFAULT_MAX_TIME = 330.0
+DEFAULT_MAX_TIME = 450.0
+DEFAULT_PEERS = "torch,cupy,numpy,numexpr"
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -87,23 +89,46 @@ def parse_suites(text: str) -> list[str]:
     return [n for n in SUITES if n in names]       # always in run order
 
 
+def parse_size(text: str) -> int:
+    """One size, as parse_sizes reads it."""
+    sizes = parse_sizes(text)
+    if len(sizes) != 1:
+        raise argparse.ArgumentTypeError(f"give one size, not {text!r}")
+    return sizes[0]
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m pyew bench",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Benchmark the loaded libew (PYEW_LIB or build/libew.so) on the current GPU: the copy "
-                    "ceiling, every map op x dtype x size for pyew, the naive kernel, PyTorch and CuPy, and "
-                    "the seeds' tables. Progress goes to stderr, the table to stdout, and bench.json, bench.md "
-                    "and bench.png to --out.",
+                    "ceiling, every map op x dtype x size for pyew, the naive kernel, PyTorch and CuPy, "
+                    "OneFlow's comparison (naive vs template, casts vs PyTorch), the special kernels, host "
+                    "costs per call, and numpy in / numpy out against numpy, numexpr, PyTorch and CuPy; then "
+                    "pyew's performance targets. Progress goes to stderr, the table to stdout, and bench.json, "
+                    "bench.md and bench.png to --out.",
         epilog="suites (run in this order):\n" + describe() + "\n\nexamples:\n"
-               "  python -m pyew bench --out bench-out\n"
+               "  python -m pyew bench --out bench-out --sizes 16:28:2\n"
                "  python -m pyew bench --quick --suites copy,map --ops gelu,add --dtypes f16,bf16\n"
+               "  python -m pyew bench --suites numpy --ops sigmoid,add --numpy-sizes 24,26\n"
+               "  python -m pyew bench --suites copy,map --sizes 28 --sustained --sustained-seconds 2\n"
                "  python -m pyew bench --sizes 20:28:2 --repeat 50 --peers torch")
     ap.add_argument("--ops", type=parse_names, default=None, help="map ops to measure, comma-separated (default: all)")
     ap.add_argument("--dtypes", type=parse_dtypes, default=None,
                     help="input dtypes: names, tokens or groups, e.g. float16,bf16 or half (default: all)")
     ap.add_argument("--sizes", type=parse_sizes, default=None,
-                    help=f"element counts as exponents of 2 (default {DEFAULT_SIZES}; --quick {QUICK_SIZES})")
+                    help=f"element counts as exponents of 2 (default {DEFAULT_SIZES}; --quick {QUICK_SIZES}); "
+                         "for the numpy suite a range that its sizes must lie in")
     ap.add_argument("--suites", type=parse_suites, default=list(SUITES),
                     help=f"comma-separated subset of: {', '.join(SUITES)} (default: all)")
     ap.add_argument("--repeat", type=int, default=None,
@@ -111,13 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats: a smoke run of every suite")
     ap.add_argument("--out", type=Path, default=Path("bench-out"),
                     help="folder for bench.json, bench.md and bench.png (default: bench-out)")
-    ap.add_argument("--peers", type=parse_names, default=["torch", "cupy"],
-                    help="libraries to compare with: torch,cupy (default), or none")
+    ap.add_argument("--peers", type=parse_names, default=parse_names(DEFAULT_PEERS),
+                    help=f"libraries to compare with: {DEFAULT_PEERS} (default; numpy and numexpr only in the "
+                         "numpy suite), or none")
     ap.add_argument("--max-time", type=float, default=DEFAULT_MAX_TIME,
                     help="seconds after which remaining measurements are skipped and the report is written "
                          f"(default {DEFAULT_MAX_TIME:.0f})")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the inputs (default: fresh each run)")
     ap.add_argument("--no-png", action="store_true", help="skip the plot")
+    g = ap.add_argument_group("numpy suite")
+    g.add_argument("--numpy-sizes", type=parse_sizes, default=None,
+                   help="sizes of the numpy suite's main table (default 20,24,26,28 within the range of --sizes; "
+                        "--quick 20,24)")
+    g.add_argument("--numpy-repeat", type=int, default=None,
+                   help="timed calls per point, median reported; fewer (at least 3) where a call takes long "
+                        "(default 5; --quick 3)")
+    g.add_argument("--cpu-peers-max", type=parse_size, default=None,
+                   help="largest size the CPU peers (numpy, numexpr) run at (default 26, i.e. 2^26)")
+    g = ap.add_argument_group("map suite")
+    g.add_argument("--sustained", action="store_true",
+                   help="also run pyew and PyTorch alternating (A B A B) at the largest size, each segment "
+                        "--sustained-seconds of back-to-back calls: GB/s under a sustained load (power-capped "
+                        "clocks) beside the burst figures; adds about 4 x that many seconds per (op, dtype)")
+    g.add_argument("--sustained-seconds", type=positive_float, default=1.0,
+                   help="seconds of back-to-back calls per segment of --sustained (default 1)")
     return ap
 
 
@@ -129,8 +171,11 @@ def parse_args(argv) -> argparse.Namespace:
         args.repeat = QUICK_REPEAT if args.quick else DEFAULT_REPEAT
     if args.repeat < 1:
         build_parser().error("--repeat must be at least 1")
+    if args.numpy_repeat is not None and args.numpy_repeat < 1:
+        build_parser().error("--numpy-repeat must be at least 1")
     if args.peers == ["none"]:
         args.peers = []
+    args.sizes_given = any(a == "--sizes" or a.startswith("--sizes=") for a in argv)
     args.argv = list(argv)
     return args
 
@@ -148,6 +193,7 @@ def _git_rev() -> str | None:
 
 
 def _meta(run: Run, info: dict) -> dict:
+    from ..transfer import transfer_limits
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m pyew bench" + ("" if not run.args.argv else " " + shlex.join(run.args.argv)),
@@ -155,7 +201,12 @@ def _meta(run: Run, info: dict) -> dict:
         "library": str(run.lib.path), "git": _git_rev(), "seed": run.seed,
         "python": platform.python_version(), "numpy": np.__version__,
         "peers": {name: getattr(p.mod, "__version__", "?") for name, p in run.peers.items()},
+        "cpu_count": os.cpu_count(),
+        "numexpr_threads": getattr(run.peers.get("numexpr"), "threads", None),
+        "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),
+        "transfer_limits": transfer_limits(),
         "sizes": run.args.sizes, "repeat": run.args.repeat, "suites": run.args.suites,
+        "sustained_seconds": run.args.sustained_seconds if run.args.sustained else None,
         # the tables list map ops in the library's order, whatever order they were measured in
         "map_order": [[c.op, c.dtype] for c in map_cases(run.lib.manifest)],
     }
@@ -165,7 +216,7 @@ def check_ops(args, manifest) -> str | None:
     """An error message when --ops names something that is not a map op of the library."""
     if not args.ops:
         return None
-    known = [o["name"] for o in manifest["ops"] if o["kind"] == "map"]
+    known = [o.name for o in manifest.ops if o.kind == "map"]
     bad = [o for o in args.ops if o not in known]
     return f"unknown map op(s) {', '.join(bad)}; the library has: {', '.join(known)}" if bad else None
 
@@ -242,8 +293,8 @@ def main(argv=None) -> int:
         written = ", ".join(str(p) for k, p in paths.items() if k != "png_note")
     sys.stdout.write(report.render(rows, run.copy_gbps, run.meta, notes))
     sys.stdout.flush()
-    # The summary comes last, so a log's tail (the lent GPU returns only the end of the output)
-    # holds the ceiling and the targets even when the full table is long.
+    # The summary comes last, so a log's tail (where only the end of the output is kept) holds the
+    # ceiling and the targets even when the full table is long.
     ceiling = f"{run.copy_gbps:.0f} GB/s" if run.copy_gbps else "not measured"
     print(f"\nsummary: {run.meta.get('device', {}).get('name', '?')}, copy ceiling {ceiling}, "
           f"{len(rows)} rows, {len(notes)} notes, {run.meta['elapsed_s']} s", file=sys.stderr)

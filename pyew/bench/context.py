@@ -1,8 +1,8 @@
 """The state of one benchmark run: options, results, notes, progress line and time limit.
 
 Rows are plain dicts (they go to JSON as they are). A row is identified by (suite, name, dtype, n,
-impl): a measurement another suite already made is reused, not repeated (the seeds' tables read
-the map sweep's rows at the largest size).
+impl): a measurement another suite already made is reused, not repeated (the naive-vs-template and
+cast rows of the template suite are map rows, which the map sweep reads at the largest size).
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def row_key(row: dict) -> tuple:
 
 
 class Progress:
-    """One line on stderr: rewritten in place on a terminal; on a pipe or log (the lent GPU's
-    output), a line at most every `every` seconds, so the final table stays in the log's tail."""
+    """One line on stderr: rewritten in place on a terminal; on a pipe or log (a remote GPU
+    machine's output), a line at most every `every` seconds, so the final table stays in the log's
+    tail."""
 
     def __init__(self, stream=None, every: float = 10.0):
         self.stream = stream if stream is not None else sys.stderr
@@ -90,6 +91,7 @@ class Run:
         self.seed = None
         self.on_checkpoint = None      # cli sets it: writes the partial report (JSON and table)
         self.l2_bytes = 50 << 20
+        self.warmed: set = set()       # (suite, key) of what a suite's warm-up already called
 
     # -- notes and progress ----------------------------------------------------------------------
     def note(self, msg: str) -> None:
@@ -117,13 +119,20 @@ class Run:
     def elapsed(self) -> float:
         return self._clock() - self.t0
 
-    def out_of_time(self) -> bool:
-        """True once the run is past --max-time: what is left is skipped, with one note, so the
-        report is still written inside the lent machine's call."""
-        if self.max_time is None or self.elapsed() < self.max_time:
+    def out_of_time(self, reserve: float = 0.0, why: str = "") -> bool:
+        """True once the run is past --max-time (less `reserve` seconds kept for later suites):
+        what is left is skipped, with one note, so the report is still written within the time
+        the run was given."""
+        if self.max_time is None:
+            return False
+        limit = self.max_time - reserve
+        if self.elapsed() < limit:
             return False
         self.skipped_for_time += 1
-        if self.skipped_for_time == 1:
+        if reserve > 0 and self.elapsed() < self.max_time:
+            self.note(f"{self.suite}: the remaining measurements were skipped to leave {reserve:.0f} s of "
+                      f"--max-time {self.max_time:.0f} s for {why or 'later suites'}")
+        else:
             self.note(f"past --max-time {self.max_time:.0f} s: the remaining measurements were skipped")
         return True
 

@@ -34,14 +34,31 @@ def fill_random(a: DeviceArray, rng: np.random.Generator) -> DeviceArray:
         return a
     name = dt.lookup(a.dtype).name
     block = random_host(rng, name, min(a.size, BLOCK))
-    s = rt.DEFAULT_STREAM
-    rt.copy_htod(a.ptr, block.ctypes.data, block.nbytes, s)
+    cu = rt.DEFAULT_STREAM.cu
+    # from pageable memory the copy has read `block` when it returns, so block may go after it
+    rt.copy_htod(a.ptr, block.ctypes.data, block.nbytes, cu)
     done, total = block.nbytes, a.nbytes
     while done < total:
         step = min(done, total - done)
-        rt.copy_dtod(a.ptr + done, a.ptr, step, s)
+        rt.copy_dtod(a.ptr + done, a.ptr, step, cu)
         done += step
     return a
+
+
+def random_host_n(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
+    """n random values in a numpy array (the same value mix as random_host): a block of up to
+    BLOCK values drawn, then tiled, so 2^28 values cost a memory copy, not seconds of drawing."""
+    block = random_host(rng, dtype, min(n, BLOCK))
+    if n <= block.size:
+        return block
+    out = np.empty(n, block.dtype)
+    out[:block.size] = block
+    done = block.size
+    while done < n:
+        step = min(done, n - done)
+        out[done:done + step] = out[:step]
+        done += step
+    return out
 
 
 def random_device(rng: np.random.Generator, dtype: str, shape) -> DeviceArray:

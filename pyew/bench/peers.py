@@ -1,9 +1,11 @@
-"""PyTorch and CuPy doing the same work as pyew, for the side-by-side columns.
+"""The libraries pyew is compared with: PyTorch and CuPy on the GPU, numpy and numexpr on the CPU.
 
-The tables below are the only place that maps a pyew op name to another library's call; the
-benchmark's op list itself comes from the loaded library's manifest. An op without an entry here is
-measured for pyew alone and the run says so once. Each peer wraps pyew's DeviceArrays zero-copy
-through __cuda_array_interface__, so every implementation reads the very same buffers.
+The tables below are the only place that maps a pyew op name to a GPU library's call (the CPU
+peers' expressions are in cpu_peers.py); the benchmark's op list itself comes from the loaded
+library's manifest. An op without an entry here is measured for pyew alone and the run says so
+once. Each GPU peer wraps pyew's DeviceArrays zero-copy through __cuda_array_interface__, so every
+implementation reads the very same buffers; for numpy in / numpy out, round_trip() wraps an op as
+a user would write it (host array to the GPU, op, back to a new numpy array).
 
 A peer that does not import, or sees no GPU, is skipped with a printed note; nothing else changes.
 """
@@ -135,6 +137,14 @@ class Peer:
     def from_host(self, x):
         raise NotImplementedError
 
+    def round_trip(self, fn):
+        """fn on numpy inputs, numpy out: each input copied to the GPU, fn, the result copied back
+        into a new numpy array (what a user of this library writes for numpy data)."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait for this library's queued GPU work."""
+
     def release(self) -> None:
         """Give cached device memory back, so the next dtype's buffers fit."""
 
@@ -164,6 +174,21 @@ class TorchPeer(Peer):
 
     def from_host(self, x):
         return self.mod.from_numpy(x).cuda()
+
+    def to_numpy(self, r):
+        t = self.mod
+        r = r.cpu()
+        if r.dtype == t.bfloat16:     # numpy has no bfloat16: the bits, seen as ml_dtypes' bfloat16
+            import ml_dtypes
+            return r.view(t.int16).numpy().view(ml_dtypes.bfloat16)
+        return r.numpy()
+
+    def round_trip(self, fn):
+        t, to_numpy = self.mod, self.to_numpy
+        return lambda *xs: to_numpy(fn(*[t.from_numpy(x).cuda() for x in xs]))
+
+    def sync(self):
+        self.mod.cuda.synchronize()
 
     def release(self):
         self.mod.cuda.synchronize()
@@ -214,9 +239,28 @@ class CupyPeer(Peer):
     def from_host(self, x):
         return self.mod.asarray(x)
 
+    def round_trip(self, fn):
+        asarray = self.mod.asarray
+        return lambda *xs: fn(*[asarray(x) for x in xs]).get()
+
+    def sync(self):
+        self.mod.cuda.Device().synchronize()
+
     def release(self):
         self.mod.cuda.Device().synchronize()
         self.mod.get_default_memory_pool().free_all_blocks()
+
+
+class CpuPeer(Peer):
+    """numpy or numexpr: numpy in, numpy out on the CPU (the numpy suite's columns). `threads` is
+    how many threads it computes with."""
+    threads: int = 1
+
+    def wrap(self, a):
+        raise TypeError(f"{self.name} runs on the CPU: it takes numpy arrays")
+
+    def op(self, name, dtype, params):
+        return None, f"{self.name} runs on the CPU: no column in GPU tables"
 
 
 def _load_torch():
@@ -235,7 +279,22 @@ def _load_cupy():
     return CupyPeer("cupy", cupy)
 
 
-LOADERS = {"torch": _load_torch, "cupy": _load_cupy}
+def _load_numpy():
+    import numpy
+    return CpuPeer("numpy", numpy)
+
+
+def _load_numexpr():
+    import numexpr
+    from .cpu_peers import numexpr_threads
+    peer = CpuPeer("numexpr", numexpr)
+    peer.threads = numexpr_threads(numexpr)
+    return peer
+
+
+LOADERS = {"torch": _load_torch, "cupy": _load_cupy, "numpy": _load_numpy, "numexpr": _load_numexpr}
+GPU_PEERS = ("torch", "cupy")
+CPU_PEERS = ("numpy", "numexpr")
 
 
 def load(names, note) -> dict[str, Peer]:

@@ -1,8 +1,9 @@
 """Writing one run's results: markdown tables (stdout and bench.md), bench.json, bench.png.
 
 The tables are GitHub markdown so they paste into benchmarks/RESULTS.md as they are. Ratios are
-written as speedups (other's time / pyew's time, "1.30x" = pyew 1.3 times as fast) except where the
-issue states its bar as a time ratio (pyew time / torch time), which the column header then says.
+written as speedups (other's time / pyew's time, "1.30x" = pyew 1.3 times as fast) except where a
+target is a time ratio (pyew time / torch time), which the column header then says. The sections
+of the wall-clock suites (numpy, interop, firstcall, sustained) are in report_host.py.
 """
 from __future__ import annotations
 
@@ -10,49 +11,12 @@ import json
 import math
 from pathlib import Path
 
-from . import targets
+from . import report_host, targets
+from .fmt import f_gbps, f_ms, f_pct, f_size, f_x, table
+from .fmt import ratio as _ratio
 
 IMPL_ORDER = ("pyew", "naive", "torch", "cupy")
 IMPL_LABEL = {"pyew": "pyew", "naive": "naive", "torch": "PyTorch", "cupy": "CuPy"}
-DASH = "—"
-
-
-# ---- number formats --------------------------------------------------------------------------------
-
-def f_gbps(v):
-    return DASH if v is None else f"{v:.0f}"
-
-
-def f_pct(v):
-    return DASH if v is None else f"{v:.1f}%"
-
-
-def f_x(v):
-    return DASH if v is None else f"{v:.2f}x"
-
-
-def f_ms(v):
-    if v is None:
-        return DASH
-    return f"{v * 1e3:.1f} µs" if v < 0.1 else f"{v:.3f} ms" if v < 100 else f"{v:.0f} ms"
-
-
-def f_size(n):
-    if n and n & (n - 1) == 0:
-        return f"2^{n.bit_length() - 1}"
-    return str(n)
-
-
-def _ratio(num, den):
-    if num is None or den is None or den == 0:
-        return None
-    return num / den
-
-
-def table(headers, rows) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 # ---- sections ---------------------------------------------------------------------------------------
@@ -93,8 +57,10 @@ def header(meta: dict, copy_gbps) -> str:
     lines.append(f"- library: {meta.get('library', '?')}; peers: {meta.get('peers', {}) or 'none'}; seed {meta.get('seed')}")
     if copy_gbps:
         lines.append(f"- copy ceiling (device-to-device cudaMemcpyAsync, bytes read + written): **{copy_gbps:.0f} GB/s**")
-    lines.append("- times are medians of CUDA-event-timed calls after warm-up; GB/s counts each input read once "
-                 "and each output written once; \"Nx\" = the other's time / pyew's time")
+    lines.append("- times are medians of CUDA-event-timed calls after warm-up (every kernel is called once on a "
+                 "tiny array before timing starts); GB/s counts each input read once and each output written "
+                 "once; \"Nx\" = the other's time / pyew's time")
+    lines.append("- numpy, interop, small-call and first-call tables are host wall clock")
     return "\n".join(lines)
 
 
@@ -134,7 +100,8 @@ def map_sweep(v: _View, impl: str = "pyew") -> str:
             + table(["op", "dtype"] + [f_size(n) for n in v.map_sizes], rows))
 
 
-def seeds(v: _View) -> str:
+def template(v: _View) -> str:
+    """OneFlow's comparison of its elementwise template: naive vs template, casts vs PyTorch."""
     if v.nmax is None:
         return ""
     n = v.nmax
@@ -147,7 +114,7 @@ def seeds(v: _View) -> str:
             rows.append([f"mul {dtype}", f_size(n), f"{f_gbps(ng)} ({f_pct(v.pct(ng))})",
                          f"{f_gbps(pg)} ({f_pct(v.pct(pg))})", f_x(_ratio((nv or {}).get("ms"), (p or {}).get("ms")))])
     if rows:
-        out.append("## Seeds: naive vs template\n\n" + table(
+        out.append("## Naive vs template (OneFlow's comparison)\n\n" + table(
             ["kernel", "n", "naive GB/s (% copy)", "template GB/s (% copy)", "template speedup"], rows))
     rows = []
     for op, dtype, label in (("to_float16", "float32", "float32 -> float16"), ("to_float32", "float16", "float16 -> float32")):
@@ -158,7 +125,7 @@ def seeds(v: _View) -> str:
         rows.append([label, f_size(n), f_ms(p), f_pct(v.pct(v.val(k + ("pyew",), "gbps"))), f_ms(t),
                      f_x(_ratio(p, t)), f_ms(c)])
     if rows:
-        out.append("## Seeds: casts vs PyTorch\n\n" + table(
+        out.append("## Casts vs PyTorch (OneFlow's comparison)\n\n" + table(
             ["cast", "n", "pyew", "pyew % copy", "torch", "pyew time / torch time", "CuPy"], rows))
     return "\n\n".join(out)
 
@@ -199,33 +166,25 @@ def overhead(v: _View) -> str:
         ["call", "µs per call (median)", "µs per call (best)"], rows)
 
 
-def roundtrip(v: _View) -> str:
-    rs = [r for r in v.rows if r.get("suite") == "roundtrip"]
-    if not rs:
-        return ""
-    pyew_ms = next((r["ms"] for r in rs if r["impl"] == "pyew"), None)
-    rows = [[IMPL_LABEL.get(r["impl"], r["impl"]), f_ms(r["ms"]), f_x(_ratio(r["ms"], pyew_ms)),
-             DASH if r.get("max_abs_err_vs_numpy") is None else f"{r['max_abs_err_vs_numpy']:.1e}"] for r in rs]
-    n = rs[0]["n"]
-    return (f"## numpy round trip: sigmoid of {f_size(n)} float32 (numpy in, numpy out, wall clock)\n\n"
-            + table(["implementation", "time", "vs pyew", "max abs error vs numpy"], rows))
-
-
 def targets_table(items) -> str:
     mark = {True: "met", False: "**missed**", None: "not measured"}
     rows = [[t["target"], t["measured"], mark[t["met"]]] for t in items]
-    return "## Targets (issue 4)\n\n" + table(["target", "measured", "status"], rows)
+    return "## pyew's performance targets\n\n" + table(["target", "measured", "status"], rows)
 
 
 def render(rows, copy_gbps, meta, notes, target_items=None) -> str:
     v = _View(rows, copy_gbps, meta.get("map_order", ()))
+    small_bytes = (meta.get("transfer_limits") or {}).get("small_bytes")
     parts = [header(meta, copy_gbps)]
     if target_items is None:
         target_items = targets.evaluate(rows, copy_gbps)
-    parts += [targets_table(target_items), map_headline(v), seeds(v), dot(v),
-              api_table(v, "upsample", "upsample_nearest2d 2x vs PyTorch"),
+    parts += [targets_table(target_items), map_headline(v), report_host.sustained_section(rows), template(v),
+              dot(v), api_table(v, "upsample", "upsample_nearest2d 2x vs PyTorch"),
               api_table(v, "relu_mask", "relu_mask_backward vs PyTorch threshold_backward"),
-              overhead(v), roundtrip(v), map_sweep(v, "pyew")]
+              overhead(v), report_host.interop_section(rows), report_host.firstcall_section(rows),
+              report_host.small_section(rows), report_host.numpy_tables(rows),
+              report_host.crossover_section(rows, small_bytes), report_host.transfer_section(rows),
+              map_sweep(v, "pyew")]
     if notes:
         parts.append("## Notes\n\n" + "\n".join(f"- {n}" for n in notes))
     return "\n\n".join(p for p in parts if p) + "\n"

@@ -1,4 +1,4 @@
-"""The issue's performance bar, read back from one run's rows: figure measured, target, met or not.
+"""pyew's performance targets, read back from one run's rows: figure measured, target, met or not.
 
 Each check is a function of the run's row lookup; it returns (measured text, met) with met None when
 the rows it needs were not measured (a suite not chosen, a peer missing).
@@ -6,6 +6,8 @@ the rows it needs were not measured (a suite not chosen, a peer missing).
 from __future__ import annotations
 
 import math
+
+from .report_host import foreign_extra
 
 UNARY_PCT = 97.0
 HALF = ("float32", "float16", "bfloat16")
@@ -136,6 +138,65 @@ def host_overhead(rows: Rows):
     return f"{r['us_per_call']:.2f} µs per call{extra}", r["us_per_call"] <= 4.0
 
 
+NUMPY_N = 1 << 26
+
+
+def numpy_time(op: str, bar_ms: float):
+    def check(rows: Rows):
+        r = rows.by_key.get(("numpy", op, "float32", NUMPY_N, "pyew"))
+        if not r:
+            return "not measured", None
+        floor = f" (transfer floor {r['floor_ms']:.1f} ms)" if r.get("floor_ms") else ""
+        return f"{r['ms']:.1f} ms{floor}", r["ms"] <= bar_ms
+    return check
+
+
+def unary_vs_numexpr(rows: Rows):
+    pairs, without = [], []
+    for r in rows.rows:
+        if (r.get("suite") != "numpy" or r.get("impl") != "pyew" or r.get("dtype") != "float32"
+                or r.get("n") != NUMPY_N or r.get("arity") != 1 or r.get("default") is False):
+            continue
+        ne = rows.by_key.get(("numpy", r["name"], "float32", NUMPY_N, "numexpr"))
+        if ne:
+            pairs.append((ne["ms"] / r["ms"], r["name"]))
+        else:
+            without.append(r["name"])
+    if not pairs:
+        return "not measured", None
+    text = "numexpr time / pyew time: " + _min_text(pairs)
+    if without:
+        text += f"; no numexpr row for {', '.join(without)}"
+    return text, min(pairs)[0] > 1.0
+
+
+def small_calls(rows: Rows):
+    rs = [r for r in rows.rows if r.get("suite") == "small" and r.get("impl") == "pyew"]
+    if not rs:
+        return "not measured", None
+    worst = max(rs, key=lambda r: r["us_per_call"])
+    return (f"worst {worst['us_per_call']:.1f} µs ({worst['name']}); "
+            + ", ".join(f"{r['name']} {r['us_per_call']:.1f} µs" for r in rs)), worst["us_per_call"] <= 50.0
+
+
+def foreign_operand(rows: Rows):
+    extra = foreign_extra(rows.rows)
+    if not extra:
+        return "not measured", None
+    worst = max(extra)
+    return (f"worst {worst[0]:+.2f} µs per foreign operand ({worst[1]}); "
+            + ", ".join(f"{label} {v:+.2f}" for v, label in extra)), worst[0] <= 2.0
+
+
+def add_vs_torch(rows: Rows):
+    p = next((r for r in rows.rows if r.get("suite") == "overhead" and r["name"] == "pyew.add(x, y)"), None)
+    t = next((r for r in rows.rows if r.get("suite") == "overhead" and r.get("impl") == "torch"), None)
+    if not (p and t):
+        return "not measured", None
+    return (f"pyew.add {p['us_per_call']:.2f} µs, torch.add {t['us_per_call']:.2f} µs per call",
+            p["us_per_call"] <= t["us_per_call"])
+
+
 CHECKS = (
     ("unary ops f32/f16/bf16 at the largest size: >= 97% of the copy ceiling", unary_pct),
     ("binary ops: at least PyTorch's speed", binary_vs_torch),
@@ -149,6 +210,12 @@ CHECKS = (
     ("pyew.dot f16 (fast) <= 1.1x torch.dot", dot_vs_torch),
     ("dot: fast >= 3x half_atomic", dot_fast_vs_atomic),
     ("host overhead per call <= 4 µs", host_overhead),
+    ("pyew.add on 1-element DeviceArrays <= torch.add (host time per call)", add_vs_torch),
+    ("numpy in/out: sigmoid float32 2^26 <= 20 ms", numpy_time("sigmoid", 20.0)),
+    ("numpy in/out: add float32 2^26 <= 25 ms", numpy_time("add", 25.0)),
+    ("numpy in/out: every one-input default op faster than numexpr (float32, 2^26)", unary_vs_numexpr),
+    ("small calls (16 float32 elements, numpy in/out) <= 50 µs", small_calls),
+    ("a foreign GPU operand (torch, CuPy) <= 2 µs extra per operand over a DeviceArray", foreign_operand),
 )
 
 
