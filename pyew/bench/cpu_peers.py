@@ -43,6 +43,7 @@ NUMEXPR_WHY_NOT = {
     "to_float16": "numexpr has no float16",
     "to_bfloat16": "numexpr has no bfloat16",
     "to_float32": "numexpr has no float16/bfloat16 inputs",
+    "to_int64": "the numpy suite runs float inputs only",
 }
 NUMEXPR_DTYPES = ("float32", "float64")
 

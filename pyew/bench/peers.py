@@ -49,6 +49,7 @@ TORCH_MAP: dict[str, Callable] = {
     "to_float16": _cast("float16"),
     "to_bfloat16": _cast("bfloat16"),
     "to_float64": _cast("float64"),
+    "to_int64": _cast("int64"),
 }
 
 # The Python-API suites' torch counterparts: name -> builder(torch) -> callable.
@@ -97,6 +98,7 @@ CUPY_MAP: dict[str, Callable] = {
     "to_float32": lambda cp, p: (lambda x: x.astype(cp.float32)),
     "to_float16": lambda cp, p: (lambda x: x.astype(cp.float16)),
     "to_float64": lambda cp, p: (lambda x: x.astype(cp.float64)),
+    "to_int64": lambda cp, p: (lambda x: x.astype(cp.int64)),
 }
 
 _COMPUTE = {"float64": "double", "float32": "float", "float16": "float", "int32": "int", "int64": "long long"}
