@@ -18,6 +18,7 @@ C_TYPES = {
     "i32": "int",
     "u64": "uint64_t",
     "stream": "void*",       # a cudaStream_t
+    "layout": "const int64_t*",  # host array: [ndim, shape..., each input's element strides...]
 }
 
 # A spec param's type -> the ABI kind that carries it (floats as double, ints as int64_t).

@@ -1,6 +1,7 @@
 """Op kinds: what a spec entry of each kind may say, which template renders it, and the C ABI of
-the entry points it produces. `map` is the plain elementwise op; the others are the seeds' special
-kernels. The ABI argument kinds are read back by pyew's loader to declare ctypes argtypes.
+the entry points it produces. `map` is the plain elementwise op; the others are the special
+kernels (relu with a bitmask, nearest upsampling, dot, scatter_add). The ABI argument kinds are
+read back by pyew's loader to declare ctypes argtypes.
 """
 from __future__ import annotations
 
@@ -31,16 +32,18 @@ class Kind:
     max_inputs: int
     default_inputs: tuple[str, ...]
     entries: Callable
-    # the Python functions pyew binds for an op of this kind, from its name (pyew/special.py)
+    # the Python functions pyew binds for an op of this kind, from its name (pyew/kinds/)
     functions: Callable = lambda name: (name,)
 
 
 def _map_entries(op, d):
     args = (("out", "out"),) + tuple((i, "in") for i in op.inputs) + (("n", "i64"),)
     args += tuple((p.name, param_kind(p)) for p in op.params)
-    # forward first: pyew binds entries[0]. "naive" is the seeds' one-element-per-thread kernel of
-    # the same expression, built only so the benchmark can show what the template gains over it.
+    # "strided" takes numpy broadcasting and strided inputs (a layout of shape and strides);
+    # "naive" is the one-element-per-thread kernel of the same expression, built only so the
+    # benchmark can show what the vectorised template gains over it.
     return [Entry("forward", symbol(op.name, d), args + LAUNCH),
+            Entry("strided", symbol(op.name, d, "strided"), args + (("layout", "layout"),) + LAUNCH),
             Entry("naive", symbol(op.name, d, variant="naive"), args + LAUNCH)]
 
 

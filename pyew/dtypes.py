@@ -19,7 +19,7 @@ class DType:
     token: str           # procedural-name token: ew_<op>_<token>
     ctype: str           # C++ storage type
     compute: str         # C++ type the spec's expression is evaluated in
-    pair: str | None     # C++ type holding two elements (the seeds' Apply2), if any
+    pair: str | None     # C++ type holding two elements (OneFlow's Apply2 form), if any
     itemsize: int
     kind: str            # "float" or "int"
 

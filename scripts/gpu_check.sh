@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on the lent GPU: environment, demo, full test suite, compute-sanitizer smoke run.
+# One call on a GPU machine: environment, demo, full test suite, compute-sanitizer smoke run.
 # Logs go to $OUT (or ./gpu-out). Usage: bash scripts/gpu_check.sh [extra pytest args]
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"

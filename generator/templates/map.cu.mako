@@ -7,6 +7,7 @@
 // ${kernel.name}: ${comment(op.doc)}  [${T.name} -> ${Out.name}${', paired' if pair else ''}]
 #include "ew.h"
 #include "elementwise.cuh"
+#include "broadcast.cuh"
 #include "naive.cuh"
 #include "fn/${op.name}.cuh"
 
@@ -42,6 +43,16 @@ ${abi.head(entry)} {
       ::ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, ew_f, n,
       static_cast<${Out.ctype}*>(out)${pointers}));
 }
+% for e in [e for e in entries if e.role == "strided"]:
+
+// numpy broadcasting and strided inputs; layout: [ndim, shape..., each input's element strides...]
+${abi.head(e)} {
+  const ew_map_fn ew_f{${init}};
+  return static_cast<int>(::ew::launch_map_strided<::ew::${'ComputeBoundTuning' if tuning == 'compute' else 'MemoryBoundTuning'}>(
+      ::ew::Launch{static_cast<cudaStream_t>(stream), sms, threads_per_sm}, ew_f, n, layout,
+      static_cast<${Out.ctype}*>(out)${pointers}));
+}
+% endfor
 % for e in [e for e in entries if e.role == "naive"]:
 
 // The naive one-element-per-thread kernel of the same function: the benchmark's baseline only.
