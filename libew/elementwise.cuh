@@ -182,15 +182,8 @@ template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<Out, In...>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(out, pack * sizeof(Out)) && (aligned_to(in, pack * sizeof(In)) && ...)))
-    pack /= 2;
-  if constexpr (kMax >= 16) { if (pack == 16) return launch_pack<Tn, 16>(l, f, n, out, in...); }
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_pack<Tn, 8>(l, f, n, out, in...); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_pack<Tn, 4>(l, f, n, out, in...); }
-  if constexpr (kMax >= 2) { if (pack == 2) return launch_pack<Tn, 2>(l, f, n, out, in...); }
-  return launch_pack<Tn, 1>(l, f, n, out, in...);
+  return with_widest_pack<max_pack<Out, In...>()>(
+      [&](auto w) { return launch_pack<Tn, w.value>(l, f, n, out, in...); }, out, in...);
 }
 
 }  // namespace ew

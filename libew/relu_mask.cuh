@@ -94,21 +94,10 @@ template <typename T, typename C>
 cudaError_t launch_relu_mask(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* addend) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<T>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(y, pack * sizeof(T)) && aligned_to(x, pack * sizeof(T)) &&
-                       (addend == nullptr || aligned_to(addend, pack * sizeof(T)))))
-    pack /= 2;
-  if (addend != nullptr) {
-    if constexpr (kMax >= 8) { if (pack == 8) return launch_relu_mask_n<8, T, C, true>(l, n, y, mask, x, addend); }
-    if constexpr (kMax >= 4) { if (pack == 4) return launch_relu_mask_n<4, T, C, true>(l, n, y, mask, x, addend); }
-    if (pack == 2) return launch_relu_mask_n<2, T, C, true>(l, n, y, mask, x, addend);
-    return launch_relu_mask_n<1, T, C, true>(l, n, y, mask, x, addend);
-  }
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_relu_mask_n<8, T, C, false>(l, n, y, mask, x, x); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_relu_mask_n<4, T, C, false>(l, n, y, mask, x, x); }
-  if (pack == 2) return launch_relu_mask_n<2, T, C, false>(l, n, y, mask, x, x);
-  return launch_relu_mask_n<1, T, C, false>(l, n, y, mask, x, x);
+  return with_widest_pack<max_pack<T>()>([&](auto w) {
+    if (addend != nullptr) return launch_relu_mask_n<w.value, T, C, true>(l, n, y, mask, x, addend);
+    return launch_relu_mask_n<w.value, T, C, false>(l, n, y, mask, x, x);
+  }, y, x, addend);
 }
 
 // ---- backward: dx = bit ? dy : +0 ----------------------------------------------------------------
@@ -151,13 +140,8 @@ template <typename T>
 cudaError_t launch_mask_backward(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<T>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(dx, pack * sizeof(T)) && aligned_to(dy, pack * sizeof(T)))) pack /= 2;
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_mask_backward_n<8>(l, n, dx, dy, mask); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_mask_backward_n<4>(l, n, dx, dy, mask); }
-  if (pack == 2) return launch_mask_backward_n<2>(l, n, dx, dy, mask);
-  return launch_mask_backward_n<1>(l, n, dx, dy, mask);
+  return with_widest_pack<max_pack<T>()>(
+      [&](auto w) { return launch_mask_backward_n<w.value>(l, n, dx, dy, mask); }, dx, dy);
 }
 
 }  // namespace ew

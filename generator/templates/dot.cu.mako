@@ -6,7 +6,7 @@
 // generated from ${op.source} by generator/ -- do not edit
 // ${kernel.name}: ${op.doc}  [${T.name}, accumulating in ${T.compute}; methods: ${', '.join(e.role for e in entries)}]
 #include "ew_api.h"
-#include "reduce.cuh"
+#include "dot.cuh"
 % for e in entries:
 
 EW_API int ${e.symbol}(${prototype(e)}) {

@@ -118,13 +118,8 @@ cudaError_t launch_dot(const Launch& l, void* result, void* work, const T* a, co
   cudaError_t rc = cudaMemsetAsync(zeroed, 0, M == DotMethod::kHalfAtomic ? sizeof(T) : 8, l.stream);
   if (rc != cudaSuccess) return rc;
   if (n > 0) {
-    constexpr int kMax = max_pack<T>();
-    int pack = kMax;
-    while (pack > 1 && !(aligned_to(a, pack * sizeof(T)) && aligned_to(b, pack * sizeof(T)))) pack /= 2;
-    if (pack == 8) { if constexpr (kMax >= 8) launch_dot_n<8, M, T, Acc>(l, result, work, a, b, n); }
-    else if (pack == 4) { if constexpr (kMax >= 4) launch_dot_n<4, M, T, Acc>(l, result, work, a, b, n); }
-    else if (pack == 2) launch_dot_n<2, M, T, Acc>(l, result, work, a, b, n);
-    else launch_dot_n<1, M, T, Acc>(l, result, work, a, b, n);
+    with_widest_pack<max_pack<T>()>(
+        [&](auto w) { launch_dot_n<w.value, M, T, Acc>(l, result, work, a, b, n); }, a, b);
     rc = cudaGetLastError();
     if (rc != cudaSuccess) return rc;
   }
