@@ -1,8 +1,9 @@
-// Dot product of two vectors in three flavours (seed 001's FastAtomicAdd benchmark):
+// Dot product of two vectors in three flavours; the last two measure atomics (the third goes
+// through the FastAtomicAdd helper of fast_atomic.cuh, after PyTorch's fastAtomicAdd):
 //   fast         each thread accumulates its elements in Acc (float; double for float64), the block
 //                sums its threads with warp shuffles, and one thread per block does ONE atomicAdd
 //                into an Acc scratch word; a one-thread kernel then rounds it to the result dtype.
-//   half_atomic  (float16/bfloat16) the seed's plain variant: per-thread float accumulation, then
+//   half_atomic  (float16/bfloat16) the plain variant: per-thread float accumulation, then
 //                every thread does a 16-bit atomicAdd of its rounded partial sum on the result.
 //   half2_pack   (float16/bfloat16) the same per-thread partial sums, each added with the
 //                FastAtomicAdd helper into a half accumulator that sits at the start of the

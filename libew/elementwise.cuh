@@ -1,4 +1,6 @@
-// The vectorised elementwise template (after OneFlow's elementwise.cuh), with its limits fixed:
+// The vectorised elementwise template, after OneFlow's elementwise.cuh
+// (oneflow/core/cuda/elementwise.cuh: 16-byte packs, an optional paired Apply2, a grid-stride
+// loop), with its limits fixed:
 //  * pack width is chosen at run time from the alignment of every pointer (a misaligned view such
 //    as x[1:] gets the widest width all pointers allow, not a silent fallback to scalar);
 //  * the tail past the last whole pack is handled by the first threads, never read past the end;
@@ -13,7 +15,7 @@
 namespace ew {
 
 // How the map kernel covers the array. Generated kernels use MemoryBoundTuning or
-// ComputeBoundTuning (below); benchmarks/template_sweep.cu instantiates others on the lent GPU to
+// ComputeBoundTuning (below); benchmarks/template_sweep.cu instantiates others on the GPU to
 // measure them (the choice and its figures are in benchmarks/RESULTS.md).
 //   Block   threads per block
 //   Unroll  packs per thread per trip, all loaded before any is used
@@ -31,14 +33,14 @@ struct Tuning {
   static constexpr int kHint = Hint;
 };
 // The two shapes the generator picks from, per op (the spec's `tuning`, or generator/spec.py's
-// op_tuning: "compute" when the expression calls a function), from the sweep on the H200:
+// op_tuning: "compute" when the expression calls a function), chosen from the launch-shape sweep
+// (figures in benchmarks/RESULTS.md):
 //  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
-//    Copy-like ops reach the copy ceiling (relu f32 at 2^28: about 100% in the bench, against 96.4%
-//    for OneFlow's capped grid-stride shape), but a heavy op loses up to 20 points with it: each
-//    thread's only load has nothing to overlap with.
+//    Copy-like ops run at the copy ceiling with it, above OneFlow's capped grid-stride shape; a
+//    heavy op runs well below it: each thread's only load has nothing to overlap with.
 //  * ComputeBoundTuning: two packs per thread per trip from a 2 x 128-pack tile, grid capped at 32
-//    waves: the best worst case of the sweep's heavy ops (gelu f32 about 98% in the bench), and
-//    copy-like ops still within 2 points of the other shape.
+//    waves: the best worst case of the sweep's heavy ops, with copy-like ops close to the other
+//    shape.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
 using ComputeBoundTuning = Tuning<128, 2, 32, true, 0>;
 using DefaultTuning = MemoryBoundTuning;

@@ -6,6 +6,9 @@
 // significant bits), a few float ulp of error cannot change the rounded result, so the helper
 // uses the fast hardware approximations (ex2.approx, rcp.approx) and skips the argument
 // corrections; in half precision the accurate library calls, not memory, would bound the kernel.
+// (LeetCUDA's activation kernels make the same trade in their f16x8 forms: eight float16 per
+// 16-byte pack, fast exp; here the helpers stay within 1 ulp of the rounded result, and the
+// packs come from the template in elementwise.cuh.)
 // For float and double results (and when R is left out) every helper is accurate to a few ulp
 // of its compute type C.
 #pragma once
@@ -18,9 +21,9 @@ template <typename R>
 inline constexpr bool narrow_v = std::is_same_v<R, __half> || std::is_same_v<R, __nv_bfloat16>;
 
 // 2^x from the hardware approximation (ex2.approx: about 2 ulp), flush-to-zero form: one
-// instruction, where the form that keeps subnormal results costs the heavy half-precision ops about
-// 10% of their throughput (gelu bfloat16 at 2^28: 87.7% of the copy ceiling against 96.2% for
-// float16). float16 results need no float subnormals (float16's smallest subnormal is 2^-24);
+// instruction, where the form that keeps subnormal results takes several and measurably slowed the
+// heavy half-precision ops (benchmarks/RESULTS.md). float16 results need no float subnormals
+// (float16's smallest subnormal is 2^-24);
 // bfloat16 shares float's exponent range, so there 2^x = (2^(x/2))^2: the square of a normal
 // number, rounded by an ordinary multiply, is a correct subnormal. exp2_prescaled takes x already
 // multiplied by kEx2Scale<R>, so callers fold the halving into their own constants.

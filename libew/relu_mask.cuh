@@ -1,14 +1,17 @@
 // ReLU and Add-ReLU that also write a packed bitmask, and the backward that reads the mask instead
-// of y (seed 002): the backward then moves 1 bit per element instead of a whole element.
+// of y, after the BN-ReLU bitmask kernel (fused batch-norm + ReLU forwards that keep a 1-bit-per-
+// element ReLU mask for their backward): the backward then moves 1 bit per element instead of a
+// whole element.
 //
 // Mask layout: bit i % 32 of uint32 word i / 32 is element i; bits past n in the last word are 0.
 //
 // The forward works in warp-sized chunks: each lane loads one pack of N elements, so a warp covers
 // 32 * N elements = N mask words per trip. The warp-stride loop's condition depends only on the
 // chunk index, so every lane takes every trip and the __ballot_sync calls use the full mask: the
-// range is in effect rounded up to whole chunks, lanes past n vote 0. (The seed's
-// __ballot_sync(__activemask(), ...) inside a grid-stride loop over n builds wrong words when the
-// loop leaves a warp partly active, and __activemask() guarantees nothing about convergence.)
+// range is in effect rounded up to whole chunks, lanes past n vote 0. (A
+// __ballot_sync(__activemask(), ...) inside a grid-stride loop over n, as in the original, builds
+// wrong words when the loop leaves a warp partly active, and __activemask() guarantees nothing
+// about convergence.)
 #pragma once
 #include "elementwise.cuh"
 

@@ -1,4 +1,4 @@
-// UpsampleNearest2D on NCHW (seed 001): a 2x fast path after OneFlow's kernel, and a general path
+// UpsampleNearest2D on NCHW: a 2x fast path after OneFlow's kernel, and a general path
 // that reproduces PyTorch's CUDA kernels bit for bit.
 //
 // Index rule (PyTorch's, "nearest" mode): with the float scale s = float(in) / float(out), output
