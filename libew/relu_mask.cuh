@@ -34,21 +34,23 @@ struct ReluBit {
 template <int N, typename T, typename C, bool kAdd>
 __global__ void __launch_bounds__(kBlock)
 relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, const T* __restrict__ x,
-                 const T* __restrict__ addend) {
+                 const T* __restrict__ addend, int sx, int sa) {
   constexpr int kChunk = 32 * N;
   const ReluBit<T, C, kAdd> f;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (kBlock / 32);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int64_t words = (n + 31) / 32;
+  const int64_t n_packs = n / N;
   for (int64_t c = (int64_t(blockIdx.x) * kBlock + threadIdx.x) / 32; c < chunks; c += warps) {
     const int64_t first = c * kChunk + int64_t(lane) * N;   // this lane's N elements
     uint32_t bits = 0;                                       // bit j: element first + j
     if ((c + 1) * kChunk <= n) {
-      // a whole chunk: one vector load per input, one vector store
-      const Pack<T, N> xv = load_pack<T, N>(x, first / N);
+      // a whole chunk: one vector load per input (straddling packs of a misaligned input through
+      // warp shuffles, see load_shifted; the branch is uniform over the warp), one vector store
+      const Pack<T, N> xv = load_shifted<N, 0, true>(x, sx, first / N, n_packs, true, lane);
       Pack<T, N> av = xv;
-      if constexpr (kAdd) av = load_pack<T, N>(addend, first / N);
+      if constexpr (kAdd) av = load_shifted<N, 0, true>(addend, sa, first / N, n_packs, true, lane);
       Pack<T, N> yv;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
@@ -84,19 +86,27 @@ relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, cons
 }
 
 template <int N, typename T, typename C, bool kAdd>
-cudaError_t launch_relu_mask_n(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* a) {
+cudaError_t launch_relu_mask_n(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* a,
+                               int sx = 0, int sa = 0) {
   const int64_t chunks = (n + 32 * N - 1) / (32 * N);
   const int grid = grid_size(chunks * 32, 1, l);   // one lane per pack
-  relu_mask_kernel<N, T, C, kAdd><<<grid, kBlock, 0, l.stream>>>(n, y, mask, x, a);
+  relu_mask_kernel<N, T, C, kAdd><<<grid, kBlock, 0, l.stream>>>(n, y, mask, x, a, sx, sa);
   return cudaGetLastError();
 }
 
-// Entry for generated code: the widest pack (at most 16 bytes) that y, x and addend all allow at
-// their actual addresses, so a misaligned view gets a narrower pack rather than a wrong access.
+// Entry for generated code: 16-byte packs whenever y is aligned for them, whatever the inputs'
+// offsets (a misaligned x or addend is read as aligned words shifted into place); when y itself is
+// misaligned, the widest pack that y, x and addend all allow.
 template <typename T, typename C>
 cudaError_t launch_relu_mask(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* addend) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  constexpr int N = max_pack<T>();
+  if (aligned_to(y, N * sizeof(T)) && aligned_to(x, sizeof(T)) && aligned_to(addend, sizeof(T))) {
+    if (addend != nullptr)
+      return launch_relu_mask_n<N, T, C, true>(l, n, y, mask, x, addend, pack_offset<N>(x), pack_offset<N>(addend));
+    return launch_relu_mask_n<N, T, C, false>(l, n, y, mask, x, x, pack_offset<N>(x), pack_offset<N>(x));
+  }
   return with_widest_pack<max_pack<T>()>([&](auto w) {
     if (addend != nullptr) return launch_relu_mask_n<w.value, T, C, true>(l, n, y, mask, x, addend);
     return launch_relu_mask_n<w.value, T, C, false>(l, n, y, mask, x, x);
@@ -108,14 +118,15 @@ cudaError_t launch_relu_mask(const Launch& l, int64_t n, T* y, uint32_t* mask, c
 
 template <int N, typename T>
 __global__ void __launch_bounds__(kBlock)
-mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, const uint32_t* __restrict__ mask) {
+mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, const uint32_t* __restrict__ mask,
+                     int sdy) {
   static_assert(32 % N == 0, "a pack must lie inside one mask word");
   const T zero = convert<T>(0.0f);
   const int64_t n_packs = n / N;
   const int64_t stride = int64_t(gridDim.x) * kBlock;
   const int64_t first = int64_t(blockIdx.x) * kBlock + threadIdx.x;
   for (int64_t p = first; p < n_packs; p += stride) {
-    const Pack<T, N> g = load_pack<T, N>(dy, p);
+    const Pack<T, N> g = load_shifted<N, 0, false>(dy, sdy, p, n_packs, true, 0);   // dy may straddle
     const int64_t e = p * N;                          // a multiple of N, so one word holds the pack
     const uint32_t bits = __ldg(mask + e / 32) >> (e % 32);
     Pack<T, N> o;
@@ -132,10 +143,11 @@ mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, co
 }
 
 template <int N, typename T>
-cudaError_t launch_mask_backward_n(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
+cudaError_t launch_mask_backward_n(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask,
+                                   int sdy = 0) {
   // No grid cap: one pack per thread, as MemoryBoundTuning (a select is copy-like work).
   const int grid = grid_size(n / N + 1, 1, l, kBlock, 0);
-  mask_backward_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(n, dx, dy, mask);
+  mask_backward_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(n, dx, dy, mask, sdy);
   return cudaGetLastError();
 }
 
@@ -143,7 +155,11 @@ template <typename T>
 cudaError_t launch_mask_backward(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  return with_widest_pack<max_pack<T>()>(
+  constexpr int N = max_pack<T>();
+  // 16-byte packs whenever dx is aligned for them (a misaligned dy is read as shifted words)
+  if (aligned_to(dx, N * sizeof(T)) && aligned_to(dy, sizeof(T)))
+    return launch_mask_backward_n<N>(l, n, dx, dy, mask, pack_offset<N>(dy));
+  return with_widest_pack<N>(
       [&](auto w) { return launch_mask_backward_n<w.value>(l, n, dx, dy, mask); }, dx, dy);
 }
 
