@@ -174,8 +174,37 @@ __device__ __forceinline__ float normal_cdf(float x) {
 
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 // The sigmoid form has no cancellation for x < 0; in the tail its relative error is the absolute
-// error of 2u, so for float results 2u is formed in double and its float rounding error dv is put
-// back with sigmoid' = s (1 - s): a few ulp instead of ~|2u| ulp. Narrow results need neither.
+// error of 2u (sigmoid(v) ~ e^v there), and |2u| reaches ~88 before the result underflows, where
+// a float's half ulp is 4e-6: rounding 2u to float alone would cost ~|2u| ulp of the result. So for
+// float results 2u is formed as an unevaluated sum vh + vl of two floats (float-float arithmetic,
+// no FP64), and vl is put back with sigmoid' = s (1 - s): a few ulp. Narrow results need neither.
+
+// 2 sqrt(2/pi) and 0.044715 * 2 sqrt(2/pi), each split into a float and the float rest.
+constexpr double kGeluC1 = 1.5957691216057308;
+constexpr double kGeluC3 = 1.5957691216057308 * 0.044715;
+constexpr float kGeluC1h = static_cast<float>(kGeluC1);
+constexpr float kGeluC1l = static_cast<float>(kGeluC1 - static_cast<double>(kGeluC1h));
+constexpr float kGeluC3h = static_cast<float>(kGeluC3);
+constexpr float kGeluC3l = static_cast<float>(kGeluC3 - static_cast<double>(kGeluC3h));
+
+// v = x (c1 + c3 x^2) = vh + vl, |vl| <= ulp(vh) / 2, within about 2^-44 relative of the exact
+// value (every product split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; 17 float
+// operations). Where vh overflows, vl is 0.
+__host__ __device__ __forceinline__ float gelu_tanh_arg(float x, float& vl) {
+  const float p = x * x;
+  const float pe = fmaf(x, x, -p);                                 // x^2 = p + pe exactly
+  const float th = kGeluC3h * p;                                   // c3 x^2 = th + tl
+  const float tl = fmaf(kGeluC3h, p, -th) + fmaf(kGeluC3h, pe, kGeluC3l * p);
+  const float sh = kGeluC1h + th;                                  // two-sum: c1h + th = sh + se
+  const float bv = sh - kGeluC1h;
+  const float se = ((kGeluC1h - (sh - bv)) + (th - bv)) + (kGeluC1l + tl);
+  const float vh = sh * x;                                         // (sh + se) x = vh + rest
+  const float rest = fmaf(sh, x, -vh) + se * x;
+  const float v = vh + rest;                                       // renormalise
+  vl = isfinite(v) ? rest - (v - vh) : 0.f;
+  return v;
+}
+
 template <typename R = void>
 __device__ __forceinline__ double gelu_tanh(double x) {
   if (x < -800.0) return -0.0;
@@ -187,12 +216,10 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   if constexpr (narrow_v<R>) {
     return x * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
   } else {
-    const double xd = x;
-    const double v = 1.5957691216057308 * fma(0.044715 * xd, xd * xd, xd);
-    const float vh = static_cast<float>(v);
-    const float dv = isfinite(vh) ? static_cast<float>(v - static_cast<double>(vh)) : 0.f;
+    float vl;
+    const float vh = gelu_tanh_arg(x, vl);
     const float s = sigmoid(vh);
-    return x * fmaf(s * (1.f - s), dv, s);
+    return x * fmaf(s * (1.f - s), vl, s);
   }
 }
 
