@@ -162,8 +162,10 @@ __device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Ind
 //
 // kShfl: word k+1 of lane l is word k of lane l + 1 when the warp's packs are consecutive, so it
 // comes through a warp shuffle and only lane 31 (and the lane of the last pack) loads its own; the
-// memory system then sees each word requested once. Without kShfl every thread loads both words
-// (each word is requested twice, the second time mostly from L1).
+// memory system then sees each word requested once. Without kShfl every thread loads both words:
+// each word is requested twice, and the second request of a word still in flight goes on to L2.
+// Either way all loads of a trip are issued before the first shuffle waits (load_raw, then
+// shift_raw): a lane-31 load issued after the shuffle would add a second memory latency per trip.
 
 template <typename V>
 __device__ __forceinline__ V shfl_down_1(V v) {
@@ -205,31 +207,56 @@ __device__ __forceinline__ V funnel(V lo, V hi, int b) {
   return r.v;
 }
 
-// Pack k of an input whose element 0 sits s elements past an aligned boundary (s = 0: a plain
-// aligned load). Every lane of the warp must call it when kShfl is set (`valid` masks the lanes
-// whose pack is past the end); n_packs is the number of whole packs of the main loop.
-template <int N, int Hint, bool kShfl, typename T, typename Index>
-__device__ __forceinline__ Pack<T, N> load_shifted(const T* in, int s, Index k, Index n_packs, bool valid,
-                                                   int lane) {
+// Straddling packs are read in two phases, so that every load of a trip is in flight before any
+// result is waited for (a shuffle waits for its source word): load_raw issues this lane's loads of
+// word k (and of word k+1 where it needs its own), then shift_raw shuffles and funnel-shifts.
+// The raw words sit in 16-byte slots whatever the pack size, so one array holds every input's.
+template <int U>
+struct RawWords {
+  uint4 lo[U], hi[U];
+};
+
+template <typename V>
+__device__ __forceinline__ uint4 to_slot(V v) {
+  union { uint4 s; V v; } u{};
+  u.v = v;
+  return u.s;
+}
+template <typename V>
+__device__ __forceinline__ V from_slot(uint4 s) {
+  union { uint4 s; V v; } u;
+  u.s = s;
+  return u.v;
+}
+
+// Whether this lane reads word k+1 itself (rather than from its neighbour's word k).
+template <bool kShfl, typename Index>
+__device__ __forceinline__ bool reads_own_next(Index k, Index n_packs, int lane) {
+  return !kShfl || lane == 31 || k + 1 >= n_packs;
+}
+
+// Phase 1: U packs of an input whose element 0 sits s elements past an aligned boundary (s = 0:
+// plain aligned loads); packs past n_packs are not read. n_packs is the main loop's count of
+// whole packs.
+template <int N, int U, int Hint, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ RawWords<U> load_raw(const T* in, int s, Index i, Index step, Index n_packs, int lane) {
   using V = typename VecOf<sizeof(Pack<T, N>)>::type;
-  union { V v; Pack<T, N> p; } u;
-  // (packs narrower than a 32-bit word are never shifted: their callers pass s = 0)
-  if (sizeof(V) % 4 != 0 || s == 0) {
-    if (valid) u.v = load_vec<Hint>(reinterpret_cast<const V*>(in) + k);
-    return u.p;
-  }
-  if constexpr (sizeof(V) % 4 == 0) {
-    const V* base = reinterpret_cast<const V*>(in - s);
-    V lo{}, hi{};
-    if (valid) lo = load_vec<Hint>(base + k);
-    bool own = true;
-    if constexpr (kShfl) {
-      hi = shfl_down_1(lo);
-      own = lane == 31;
+  RawWords<U> r;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const Index k = i + u * step;
+    const bool valid = k < n_packs;
+    r.lo[u] = r.hi[u] = uint4{0, 0, 0, 0};
+    // (packs narrower than a 32-bit word are never shifted: their callers pass s = 0)
+    if (sizeof(V) % 4 != 0 || s == 0) {
+      if (valid) r.lo[u] = to_slot(load_vec<Hint>(reinterpret_cast<const V*>(in) + k));
+      continue;
     }
-    if (valid && (own || k + 1 >= n_packs)) {
+    const V* base = reinterpret_cast<const V*>(in - s);
+    if (valid) r.lo[u] = to_slot(load_vec<Hint>(base + k));
+    if (valid && reads_own_next<kShfl>(k, n_packs, lane)) {
       if (k + 1 < n_packs) {
-        hi = load_vec<Hint>(base + k + 1);
+        r.hi[u] = to_slot(load_vec<Hint>(base + k + 1));
       } else {
         // the last pack: word k+1 from its s valid elements only
         union { V v; T e[N]; } last;
@@ -238,24 +265,48 @@ __device__ __forceinline__ Pack<T, N> load_shifted(const T* in, int s, Index k, 
 #pragma unroll
         for (int t = 0; t < N - 1; ++t)
           if (t < s) last.e[t] = p[t];
-        hi = last.v;
+        r.hi[u] = to_slot(last.v);
       }
     }
-    u.v = funnel(lo, hi, s * int(sizeof(T)));
-  }
-  return u.p;
-}
-
-template <int N, int U, int Hint, bool kShfl, typename T, typename Index>
-__device__ __forceinline__ Packs<T, N, U> load_shifted_packs(const T* in, int s, Index i, Index step,
-                                                             Index n_packs, int lane) {
-  Packs<T, N, U> r;
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const Index k = i + u * step;
-    r.p[u] = load_shifted<N, Hint, kShfl>(in, s, k, n_packs, k < n_packs, lane);
   }
   return r;
+}
+
+// Phase 2: the packs. With kShfl every lane of the warp must call it (s is uniform, so either all
+// lanes shuffle or none).
+template <int N, int U, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ Packs<T, N, U> shift_raw(const RawWords<U>& r, int s, Index i, Index step, Index n_packs,
+                                                    int lane) {
+  using V = typename VecOf<sizeof(Pack<T, N>)>::type;
+  Packs<T, N, U> out;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    union { V v; Pack<T, N> p; } w;
+    if constexpr (sizeof(V) % 4 != 0) {
+      w.v = from_slot<V>(r.lo[u]);
+    } else {
+      if (s == 0) {
+        w.v = from_slot<V>(r.lo[u]);
+      } else {
+        const V lo = from_slot<V>(r.lo[u]);
+        V hi = from_slot<V>(r.hi[u]);
+        if constexpr (kShfl) {
+          const V next = shfl_down_1(lo);
+          if (!reads_own_next<kShfl>(i + u * step, n_packs, lane)) hi = next;
+        }
+        w.v = funnel(lo, hi, s * int(sizeof(T)));
+      }
+    }
+    out.p[u] = w.p;
+  }
+  return out;
+}
+
+// One pack k, both phases (relu_mask's kernels).
+template <int N, int Hint, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ Pack<T, N> load_shifted(const T* in, int s, Index k, Index n_packs, int lane) {
+  return shift_raw<N, 1, kShfl, T>(load_raw<N, 1, Hint, kShfl>(in, s, k, Index(0), n_packs, lane), s, k, Index(0),
+                                   n_packs, lane).p[0];
 }
 
 template <int N, int U, int Hint, typename F, typename Out, typename Index, typename... In>
@@ -335,8 +386,10 @@ __device__ __forceinline__ void map_shifted_body(const F& f, Index n, int head, 
   // Trips are uniform over the warp (its lanes hold consecutive packs, and the shuffles need every
   // lane): a trip runs while the warp's first pack exists; lanes past the end are masked off.
   for (; i - lane < n_packs; i += U * threads) {
+    RawWords<U> raw[sizeof...(In)];
+    ((raw[I] = load_raw<N, U, H, kShfl>(in, sh.s[I], i, step, n_packs, lane)), ...);
     compute_store_masked<N, U, H>(f, out, i, step, n_packs,
-                                  load_shifted_packs<N, U, H, kShfl>(in, sh.s[I], i, step, n_packs, lane)...);
+                                  shift_raw<N, U, kShfl, In>(raw[I], sh.s[I], i, step, n_packs, lane)...);
   }
   map_edges<B, N>(f, n, head, out, in...);
 }

@@ -47,10 +47,14 @@ relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, cons
     uint32_t bits = 0;                                       // bit j: element first + j
     if ((c + 1) * kChunk <= n) {
       // a whole chunk: one vector load per input (straddling packs of a misaligned input through
-      // warp shuffles, see load_shifted; the branch is uniform over the warp), one vector store
-      const Pack<T, N> xv = load_shifted<N, 0, true>(x, sx, first / N, n_packs, true, lane);
+      // warp shuffles, see load_raw; the branch is uniform over the warp), one vector store
+      const int64_t k = first / N, zero = 0;
+      const RawWords<1> rx = load_raw<N, 1, 0, true>(x, sx, k, zero, n_packs, lane);
+      RawWords<1> ra = rx;
+      if constexpr (kAdd) ra = load_raw<N, 1, 0, true>(addend, sa, k, zero, n_packs, lane);
+      const Pack<T, N> xv = shift_raw<N, 1, true, T>(rx, sx, k, zero, n_packs, lane).p[0];
       Pack<T, N> av = xv;
-      if constexpr (kAdd) av = load_shifted<N, 0, true>(addend, sa, first / N, n_packs, true, lane);
+      if constexpr (kAdd) av = shift_raw<N, 1, true, T>(ra, sa, k, zero, n_packs, lane).p[0];
       Pack<T, N> yv;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
@@ -126,7 +130,7 @@ mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, co
   const int64_t stride = int64_t(gridDim.x) * kBlock;
   const int64_t first = int64_t(blockIdx.x) * kBlock + threadIdx.x;
   for (int64_t p = first; p < n_packs; p += stride) {
-    const Pack<T, N> g = load_shifted<N, 0, false>(dy, sdy, p, n_packs, true, 0);   // dy may straddle
+    const Pack<T, N> g = load_shifted<N, 0, false>(dy, sdy, p, n_packs, 0);   // dy may straddle
     const int64_t e = p * N;                          // a multiple of N, so one word holds the pack
     const uint32_t bits = __ldg(mask + e / 32) >> (e % 32);
     Pack<T, N> o;
