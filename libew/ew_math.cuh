@@ -187,22 +187,48 @@ constexpr float kGeluC1l = static_cast<float>(kGeluC1 - static_cast<double>(kGel
 constexpr float kGeluC3h = static_cast<float>(kGeluC3);
 constexpr float kGeluC3l = static_cast<float>(kGeluC3 - static_cast<double>(kGeluC3h));
 
+// Float operations rounded on their own: the compiler never fuses them into an FMA. The error-free
+// steps below depend on it: contracting vh + rest into fma(sh, x, rest), say, counts the product's
+// rounding error twice.
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // v = x (c1 + c3 x^2) = vh + vl, |vl| <= ulp(vh) / 2, within about 2^-44 relative of the exact
-// value (every product split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; 17 float
-// operations). Where vh overflows, vl is 0.
+// value (products split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; about 20 float
+// operations). Where v overflows (or x is not finite) vh is +-inf or NaN and vl is 0.
 __host__ __device__ __forceinline__ float gelu_tanh_arg(float x, float& vl) {
-  const float p = x * x;
+  const float p = mul_rn(x, x);
   const float pe = fmaf(x, x, -p);                                 // x^2 = p + pe exactly
-  const float th = kGeluC3h * p;                                   // c3 x^2 = th + tl
-  const float tl = fmaf(kGeluC3h, p, -th) + fmaf(kGeluC3h, pe, kGeluC3l * p);
-  const float sh = kGeluC1h + th;                                  // two-sum: c1h + th = sh + se
-  const float bv = sh - kGeluC1h;
-  const float se = ((kGeluC1h - (sh - bv)) + (th - bv)) + (kGeluC1l + tl);
-  const float vh = sh * x;                                         // (sh + se) x = vh + rest
-  const float rest = fmaf(sh, x, -vh) + se * x;
-  const float v = vh + rest;                                       // renormalise
-  vl = isfinite(v) ? rest - (v - vh) : 0.f;
-  return v;
+  const float th = mul_rn(kGeluC3h, p);                            // c3 x^2 = th + tl
+  const float tl = add_rn(fmaf(kGeluC3h, p, -th), fmaf(kGeluC3h, pe, mul_rn(kGeluC3l, p)));
+  const float sh = add_rn(kGeluC1h, th);                           // two-sum: c1h + th = sh + err
+  const float bv = sub_rn(sh, kGeluC1h);
+  const float se = add_rn(add_rn(sub_rn(kGeluC1h, sub_rn(sh, bv)), sub_rn(th, bv)), add_rn(kGeluC1l, tl));
+  const float vh = mul_rn(sh, x);                                  // (sh + se) x = vh + rest
+  const float rest = fmaf(se, x, fmaf(sh, x, -vh));
+  const float v = add_rn(vh, rest);                                // renormalise
+  const bool finite = isfinite(v);
+  vl = finite ? sub_rn(rest, sub_rn(v, vh)) : 0.f;
+  return finite ? v : vh;
 }
 
 template <typename R = void>
