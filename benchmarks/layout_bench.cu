@@ -46,6 +46,7 @@
 #include "broadcast.cuh"
 #include "elementwise.cuh"
 #include "naive.cuh"
+#include "relu_mask.cuh"
 #include "fn/add.cuh"
 #include "fn/add_relu.cuh"
 #include "fn/gelu_tanh.cuh"
@@ -53,13 +54,13 @@
 #include "fn/relu.cuh"
 #include "fn/sigmoid.cuh"
 
-#define CHECK(x)                                                                            \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_)); \
-      std::exit(2);                                                                         \
-    }                                                                                       \
+#define CHECK(...)                                                                                  \
+  do {                                                                                              \
+    cudaError_t e_ = (__VA_ARGS__);                                                                 \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorName(e_)); \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 namespace {
@@ -432,6 +433,82 @@ void check_64bit() {
   CHECK(cudaFree(r));
   CHECK(cudaFree(b));
   CHECK(cudaFree(bad));
+}
+
+// ---- (a) relu_mask and its backward on misaligned views ---------------------------------------
+Tally t_mask;
+
+// The poisoned mask words past the last one must survive too.
+int64_t verify_mask(const uint32_t* dev, int64_t words, const std::vector<uint32_t>& want, const char* what) {
+  std::vector<uint32_t> got(static_cast<size_t>(words + kGuard));
+  CHECK(cudaMemcpy(got.data(), dev, got.size() * 4, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t w = 0; w < words; ++w)
+    if (got[size_t(w)] != want[size_t(w)] && bad++ < 3)
+      std::printf("FAIL %s: mask word %lld: got %08x want %08x\n", what, (long long)w, got[size_t(w)], want[size_t(w)]);
+  for (int64_t w = words; w < words + kGuard; ++w)
+    if (got[size_t(w)] != 0xA5A5A5A5u && bad++ < 3) std::printf("FAIL %s: mask poison overwritten\n", what);
+  return bad;
+}
+
+template <typename T>
+void check_relu_mask_case(int64_t n, int ox, int oa, int oy) {   // oa < 0: no addend
+  InView<T> x(n, ox);
+  std::unique_ptr<InView<T>> a(oa >= 0 ? new InView<T>(n, oa) : nullptr);
+  OutView<T> y(n, oy);
+  const int64_t words = (n + 31) / 32;
+  uint32_t* mask;
+  CHECK(cudaMalloc(&mask, size_t(words + kGuard) * 4));
+  CHECK(cudaMemset(mask, kPoison, size_t(words + kGuard) * 4));
+  std::vector<T> want(static_cast<size_t>(n));
+  std::vector<uint32_t> want_mask(static_cast<size_t>(words), 0u);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = hf(x.host[size_t(i)]);
+    if (a) v += hf(a->host[size_t(i)]);
+    const bool bit = v > 0.f;
+    want[size_t(i)] = (bit || v != v) ? ht<T>(v) : ht<T>(0.f);
+    want_mask[size_t(i / 32)] |= uint32_t(bit) << (i % 32);
+  }
+  CHECK(ew::launch_relu_mask<T, float>(L, n, y.ptr(), mask, x.ptr(), a ? a->ptr() : nullptr));
+  CHECK(cudaGetLastError());
+  char what[160];
+  std::snprintf(what, sizeof what, "relu_mask %s n=%lld x+%d addend%+d y+%d", tname<T>(), (long long)n, ox, oa, oy);
+  t_mask.add(y.verify(want, what) + verify_mask(mask, words, want_mask, what));
+  CHECK(cudaFree(mask));
+}
+
+template <typename T>
+void check_mask_backward_case(int64_t n, int od, int ox) {
+  InView<T> dy(n, od);
+  OutView<T> dx(n, ox);
+  const int64_t words = (n + 31) / 32;
+  std::vector<uint32_t> m(static_cast<size_t>(std::max<int64_t>(words, 1)));
+  for (auto& w : m) w = uint32_t(g_rng());
+  if (n % 32) m[size_t(words - 1)] &= (1u << (n % 32)) - 1;
+  uint32_t* mask;
+  CHECK(cudaMalloc(&mask, m.size() * 4));
+  CHECK(cudaMemcpy(mask, m.data(), m.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<T> want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[size_t(i)] = ((m[size_t(i / 32)] >> (i % 32)) & 1u) ? dy.host[size_t(i)] : ht<T>(0.f);
+  CHECK(ew::launch_mask_backward<T>(L, n, dx.ptr(), dy.ptr(), mask));
+  char what[160];
+  std::snprintf(what, sizeof what, "relu_mask_backward %s n=%lld dy+%d dx+%d", tname<T>(), (long long)n, od, ox);
+  t_mask.add(dx.verify(want, what));
+  CHECK(cudaFree(mask));
+}
+
+template <typename T>
+void check_relu_mask_dtype() {
+  const std::vector<int64_t> sizes = g_quick ? std::vector<int64_t>{0, 33, 257, 4099}
+                                             : std::vector<int64_t>{0, 1, 7, 31, 32, 33, 255, 256, 257, 1000, 4099,
+                                                                    65553, 300007};
+  for (int64_t n : sizes)
+    for (int ox = 0; ox < 8; ++ox) {
+      if (g_quick && ox % 3 != 1) continue;
+      for (int oa : {-1, ox, (ox + 3) % 8})
+        for (int oy : {0, ox}) check_relu_mask_case<T>(n, ox, oa, oy);
+      for (int odx : {0, ox}) check_mask_backward_case<T>(n, ox, odx);
+    }
 }
 
 // ---- (a) launch_map_strided --------------------------------------------------------------------
@@ -945,14 +1022,59 @@ void time_bias() {
   one("row 65536x4096 + 4096", row, n, "add", Add<T>{}, true);
   one("channel 64x256x128x128 + 256x1x1", chan, n, "add", Add<T>{}, true);
   one("channel 64x256x16383 + 256x1 (elements kernel)", odd, odd_n, "add", Add<T>{});
-  {   // the same add, contiguous operands (launch_map), for scale
-    const float ms = median_ms([&] { return ew::launch_map<ew::MemoryBoundTuning>(L, Add<T>{}, n, y, x, x); });
-    bias_rows.push_back({"contiguous x + x (launch_map, 3 streams)", "add", tname<T>(),
-                         3.0 * double(n) * sizeof(T) / (ms * 1e-3) / 1e9, copy});
-  }
   CHECK(cudaFree(x));
   CHECK(cudaFree(b));
   CHECK(cudaFree(y));
+}
+
+struct MaskRow {
+  std::string what, dtype;
+  double aligned, shifted, both;   // GB/s: aligned; input(s) at +1 with the output aligned; all at +1
+};
+std::vector<MaskRow> mask_rows;
+
+// relu_mask forward (x, y and the mask) and backward (dy, dx and the mask) at 256 MiB per operand.
+template <typename T>
+void time_relu_mask() {
+  const int64_t n = int64_t(256) << 20 >> (sizeof(T) == 4 ? 2 : 1);
+  const int eb = sizeof(T) == 4 ? 4 : (std::is_same_v<T, __half> ? 2 : 3);
+  T* x = static_cast<T*>(dev_random(size_t(n + 64) * sizeof(T), eb, 41));
+  T* y;
+  uint32_t* mask;
+  CHECK(cudaMalloc(&y, size_t(n + 64) * sizeof(T)));
+  CHECK(cudaMalloc(&mask, size_t(n / 32 + 64) * 4));
+  const int64_t m = n - 8;
+  const double moved = 2.0 * double(m) * sizeof(T) + double(m) / 8;
+  auto gbs = [&](float ms) { return moved / (ms * 1e-3) / 1e9; };
+  MaskRow f{"relu_mask forward", tname<T>(), 0, 0, 0};
+  f.aligned = gbs(median_ms([&] { return ew::launch_relu_mask<T, float>(L, m, y, mask, x, nullptr); }));
+  f.shifted = gbs(median_ms([&] { return ew::launch_relu_mask<T, float>(L, m, y, mask, x + 1, nullptr); }));
+  f.both = gbs(median_ms([&] { return ew::launch_relu_mask<T, float>(L, m, y + 1, mask, x + 1, nullptr); }));
+  mask_rows.push_back(f);
+  MaskRow b{"relu_mask backward", tname<T>(), 0, 0, 0};
+  b.aligned = gbs(median_ms([&] { return ew::launch_mask_backward<T>(L, m, y, x, mask); }));
+  b.shifted = gbs(median_ms([&] { return ew::launch_mask_backward<T>(L, m, y, x + 1, mask); }));
+  b.both = gbs(median_ms([&] { return ew::launch_mask_backward<T>(L, m, y + 1, x + 1, mask); }));
+  mask_rows.push_back(b);
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(mask));
+}
+
+// Launch shapes for float32 gelu_tanh (new form) and relu at 2^28, after the sustained run below:
+// the generator's two shapes and a few others.
+struct ShapeRow {
+  std::string shape;
+  double gelu_gbs, relu_gbs;
+};
+std::vector<ShapeRow> shape_rows;
+
+template <class Tn>
+void time_shape(const char* name, float* y, const float* x, int64_t n) {
+  const double moved = 8.0 * double(n);
+  const float tg = median_ms([&] { return ew::launch_map<Tn>(L, GeluTanhNew{}, n, y, x); });
+  const float tr = median_ms([&] { return ew::launch_map<Tn>(L, Relu<float>{}, n, y, x); });
+  shape_rows.push_back({name, moved / (tg * 1e-3) / 1e9, moved / (tr * 1e-3) / 1e9});
 }
 
 struct GeluSpeed {
@@ -991,6 +1113,15 @@ GeluSpeed time_gelu() {
   std::sort(tn.begin(), tn.end());
   s.old_gbs = 8.0 * double(n) / (to[to.size() / 2] * 1e-3) / 1e9;
   s.new_gbs = 8.0 * double(n) / (tn[tn.size() / 2] * 1e-3) / 1e9;
+  time_shape<ew::ComputeBoundTuning>("compute: tile b128 u2 w32 (gelu_tanh's)", y, x, n);
+  time_shape<ew::MemoryBoundTuning>("memory: tile b256 u1 uncapped (relu's)", y, x, n);
+  time_shape<ew::Tuning<128, 1, 0, true, 0>>("tile b128 u1 uncapped", y, x, n);
+  time_shape<ew::Tuning<128, 2, 0, true, 0>>("tile b128 u2 uncapped", y, x, n);
+  time_shape<ew::Tuning<256, 2, 0, true, 0>>("tile b256 u2 uncapped", y, x, n);
+  time_shape<ew::Tuning<128, 4, 0, true, 0>>("tile b128 u4 uncapped", y, x, n);
+  time_shape<ew::Tuning<256, 2, 32, false, 0>>("stride b256 u2 w32", y, x, n);
+  time_shape<ew::Tuning<128, 2, 32, true, 1>>("tile b128 u2 w32 st.cs", y, x, n);
+  time_shape<ew::Tuning<512, 1, 0, true, 0>>("tile b512 u1 uncapped", y, x, n);
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
   return s;
@@ -1019,12 +1150,16 @@ int main(int argc, char** argv) {
   check_map_dtype<__half>();
   check_map_dtype<bf16>();
   check_map_casts();
+  check_relu_mask_dtype<float>();
+  check_relu_mask_dtype<__half>();
+  check_relu_mask_dtype<bf16>();
   check_strided_dtype<float>();
   check_strided_dtype<__half>();
   check_strided_dtype<bf16>();
   check_strided_dtype<double>();
   if (!g_quick) check_64bit();
   CHECK(cudaDeviceSynchronize());
+  std::printf("checks: relu_mask/backward %lld cases, %lld failed\n", (long long)t_mask.cases, (long long)t_mask.failed);
   std::printf("checks: launch_map %lld cases, %lld failed; launch_map_strided %lld cases (%lld packs kernel, %lld elements "
               "kernel), %lld failed; api %lld cases, %lld failed\n",
               (long long)t_map.cases, (long long)t_map.failed, (long long)t_strided.cases, (long long)strided_pack_cases,
@@ -1041,7 +1176,7 @@ int main(int argc, char** argv) {
               acc.x_ratio_new, acc.bad_new, acc.ulp_old, acc.rel_old, acc.ratio_old, acc.bad_old, (long long)acc.host_samples,
               acc.host_ratio_new, (long long)acc.host_bad_new);
   std::fflush(stdout);
-  const bool ok = t_map.failed == 0 && t_strided.failed == 0 && t_api.failed == 0 && acc.bad_new == 0 && acc.host_bad_new == 0;
+  const bool ok = t_mask.failed == 0 && t_map.failed == 0 && t_strided.failed == 0 && t_api.failed == 0 && acc.bad_new == 0 && acc.host_bad_new == 0;
   if (g_quick) {
     std::printf("%s\n", ok ? "ALL CHECKS PASSED" : "CHECKS FAILED");
     return ok ? 0 : 1;
@@ -1054,6 +1189,9 @@ int main(int argc, char** argv) {
   time_bias<float>();
   time_bias<__half>();
   time_bias<bf16>();
+  time_relu_mask<float>();
+  time_relu_mask<__half>();
+  time_relu_mask<bf16>();
   const GeluSpeed gs = time_gelu();
 
   // full tables
@@ -1081,9 +1219,20 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %s | %.0f | %.0f | %.1f |\n", r.layout.c_str(), r.op.c_str(), r.dtype.c_str(), r.gbs, r.copy_gbs,
                 100.0 * r.gbs / r.copy_gbs);
 
+  std::printf("\n## relu_mask: GB/s (x, y and the mask bits; backward dy, dx and the mask)\n\n");
+  std::printf("| kernel | dtype | aligned | input at +1, output aligned | all at +1 (narrow packs) |\n|---|---|---|---|---|\n");
+  for (const auto& r : mask_rows)
+    std::printf("| %s | %s | %.0f | %.0f (%.1f%%) | %.0f (%.1f%%) |\n", r.what.c_str(), r.dtype.c_str(), r.aligned, r.shifted,
+                100 * r.shifted / r.aligned, r.both, 100 * r.both / r.aligned);
+  std::printf("\n## Launch shapes, float32 at 2^28 (GB/s; %% of the copy ceiling %.0f)\n\n| shape | gelu_tanh (new) | relu |\n|---|---|---|\n", gs.copy_gbs);
+  for (const auto& r : shape_rows)
+    std::printf("| %s | %.0f (%.1f%%) | %.0f (%.1f%%) |\n", r.shape.c_str(), r.gelu_gbs, 100 * r.gelu_gbs / gs.copy_gbs, r.relu_gbs,
+                100 * r.relu_gbs / gs.copy_gbs);
+
   // summary, last
   std::printf("\n## Summary\n\n| what | figure |\n|---|---|\n");
-  std::printf("| checks | launch_map %lld/%lld, launch_map_strided %lld/%lld (%lld packs, %lld elements), api %lld/%lld passed |\n",
+  std::printf("| checks | relu_mask %lld/%lld, launch_map %lld/%lld, launch_map_strided %lld/%lld (%lld packs, %lld elements), api %lld/%lld passed |\n",
+              (long long)(t_mask.cases - t_mask.failed), (long long)t_mask.cases,
               (long long)(t_map.cases - t_map.failed), (long long)t_map.cases, (long long)(t_strided.cases - t_strided.failed),
               (long long)t_strided.cases, (long long)strided_pack_cases, (long long)strided_elem_cases,
               (long long)(t_api.cases - t_api.failed), (long long)t_api.cases);
@@ -1099,12 +1248,17 @@ int main(int argc, char** argv) {
                 r.op.c_str(), r.dtype.c_str(), r.aligned_gbs, 100 * ms, 100 * md, 100 * mp, 100 * mn);
   }
   for (const auto& r : bias_rows)
-    if (r.layout.find("elements") == std::string::npos && r.layout.find("contiguous") == std::string::npos &&
-        r.layout.find("compute") == std::string::npos)
+    if (r.layout.find("elements") == std::string::npos && r.layout.find("compute") == std::string::npos)
       std::printf("| %s %s %s | %.1f%% of copy |\n", r.layout.substr(0, r.layout.find(' ')).c_str(), r.op.c_str(),
                   r.dtype.c_str(), 100.0 * r.gbs / r.copy_gbs);
   std::printf("| gelu_tanh f32 2^28, sustained | old (double arg) %.0f GB/s = %.1f%%, new (float-float) %.0f GB/s = %.1f%% of copy %.0f |\n",
               gs.old_gbs, 100 * gs.old_gbs / gs.copy_gbs, gs.new_gbs, 100 * gs.new_gbs / gs.copy_gbs, gs.copy_gbs);
+  for (const auto& r : mask_rows)
+    std::printf("| %s %s, input at +1 | %.1f%% of aligned (%.0f GB/s) |\n", r.what.c_str(), r.dtype.c_str(),
+                100 * r.shifted / r.aligned, r.aligned);
+  for (const auto& r : shape_rows)
+    if (r.shape.rfind("compute", 0) == 0 || r.shape.rfind("memory", 0) == 0)
+      std::printf("| gelu_tanh f32 new, %s | %.1f%% of copy |\n", r.shape.c_str(), 100 * r.gelu_gbs / gs.copy_gbs);
   std::printf("| gelu_tanh f32 accuracy, all floats | new %.2f ulp, err/tol %.3f, %llu bad; old %.2f ulp, err/tol %.3f |\n", acc.ulp_new,
               acc.ratio_new, acc.bad_new, acc.ulp_old, acc.ratio_old);
   std::printf("%s\n", ok ? "ALL CHECKS PASSED" : "CHECKS FAILED");
