@@ -370,9 +370,9 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, int64_t n, 
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     if (a[i] != b[i]) atomicAdd(bad, 1ull);
 }
-__global__ void fill_random_half(__half* p, int64_t n, uint32_t seed) {
+__global__ void fill_random_half(__half* p, int64_t n, uint32_t salt) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 40503u ^ seed;
+    uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 40503u ^ salt;
     h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
     p[i] = __float2half(12.f * (float(h >> 8) * (1.f / 16777216.f)) - 6.f);
   }
@@ -878,10 +878,10 @@ float median_ms(const std::function<cudaError_t()>& launch, int warm = 5, int ru
   return t[t.size() / 2];
 }
 
-__global__ void fill_uniform_bits(uint32_t* p, int64_t words, uint32_t seed, int elem_bytes) {
+__global__ void fill_uniform_bits(uint32_t* p, int64_t words, uint32_t salt, int elem_bytes) {
   // uniform [-6, 6) values of the element type, written as raw words
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    uint32_t h = uint32_t(i) * 2654435761u ^ salt;
     h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
     const float v0 = 12.f * (float(h >> 8) * (1.f / 16777216.f)) - 6.f;
     const float v1 = 12.f * (float(h & 0xffffu) * (1.f / 65536.f)) - 6.f;
@@ -894,10 +894,10 @@ __global__ void fill_uniform_bits(uint32_t* p, int64_t words, uint32_t seed, int
   }
 }
 
-void* dev_random(size_t bytes, int elem_bytes, uint32_t seed) {
+void* dev_random(size_t bytes, int elem_bytes, uint32_t salt) {
   void* p;
   CHECK(cudaMalloc(&p, bytes));
-  fill_uniform_bits<<<4096, 256>>>(static_cast<uint32_t*>(p), int64_t(bytes / 4), seed, elem_bytes);
+  fill_uniform_bits<<<4096, 256>>>(static_cast<uint32_t*>(p), int64_t(bytes / 4), salt, elem_bytes);
   CHECK(cudaGetLastError());
   return p;
 }

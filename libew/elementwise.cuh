@@ -164,8 +164,8 @@ __device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Ind
 // comes through a warp shuffle and only lane 31 (and the lane of the last pack) loads its own; the
 // memory system then sees each word requested once. Without kShfl every thread loads both words:
 // each word is requested twice, and the second request of a word still in flight goes on to L2.
-// Either way all loads of a trip are issued before the first shuffle waits (load_raw, then
-// shift_raw): a lane-31 load issued after the shuffle would add a second memory latency per trip.
+// Either way all loads of a trip are in flight before the first shuffle waits (load_raw, then
+// shift_raw): a lane-31 load sent after the shuffle would add a second memory latency per trip.
 
 template <typename V>
 __device__ __forceinline__ V shfl_down_1(V v) {
@@ -208,7 +208,7 @@ __device__ __forceinline__ V funnel(V lo, V hi, int b) {
 }
 
 // Straddling packs are read in two phases, so that every load of a trip is in flight before any
-// result is waited for (a shuffle waits for its source word): load_raw issues this lane's loads of
+// result is waited for (a shuffle waits for its source word): load_raw sends this lane's loads of
 // word k (and of word k+1 where it needs its own), then shift_raw shuffles and funnel-shifts.
 // The raw words sit in 16-byte slots whatever the pack size, so one array holds every input's.
 template <int U>
