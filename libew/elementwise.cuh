@@ -1,19 +1,23 @@
-// The vectorised elementwise template (after OneFlow's elementwise.cuh), with its limits fixed:
-//  * pack width is chosen at run time from the alignment of every pointer (a misaligned view such
-//    as x[1:] gets the widest width all pointers allow, not a silent fallback to scalar);
-//  * the tail past the last whole pack is handled by the first threads, never read past the end;
+// The vectorised elementwise template, after OneFlow's elementwise.cuh
+// (oneflow/core/cuda/elementwise.cuh: 16-byte packs, an optional paired Apply2, a grid-stride
+// loop), with its limits fixed:
+//  * whole 16-byte packs wherever the views sit: a misaligned view such as x[1:] runs at the
+//    widest pack, not at the widest width all pointers happen to allow (see launch_map);
+//  * the prologue before the first aligned pack and the tail past the last whole pack are handled
+//    by a few threads, never read past the end;
 //  * 64-bit indices whenever n could overflow 32 bits, a 32-bit fast path otherwise;
 //  * the launch shape is a Tuning (block, packs per trip, grid cap, layout, cache hint), measured
 //    on the GPU by benchmarks/template_sweep.cu; the loop covers any grid, capped or not;
 //  * n = 0 launches nothing; every entry point returns the launch's cudaError_t.
 #pragma once
 #include <algorithm>
+#include <utility>
 #include "ew_types.cuh"
 
 namespace ew {
 
 // How the map kernel covers the array. Generated kernels use MemoryBoundTuning or
-// ComputeBoundTuning (below); benchmarks/template_sweep.cu instantiates others on the lent GPU to
+// ComputeBoundTuning (below); benchmarks/template_sweep.cu instantiates others on the GPU to
 // measure them (the choice and its figures are in benchmarks/RESULTS.md).
 //   Block   threads per block
 //   Unroll  packs per thread per trip, all loaded before any is used
@@ -31,14 +35,14 @@ struct Tuning {
   static constexpr int kHint = Hint;
 };
 // The two shapes the generator picks from, per op (the spec's `tuning`, or generator/spec.py's
-// op_tuning: "compute" when the expression calls a function), from the sweep on the H200:
+// op_tuning: "compute" when the expression calls a function), chosen from the launch-shape sweep
+// (figures in benchmarks/RESULTS.md):
 //  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
-//    Copy-like ops reach the copy ceiling (relu f32 at 2^28: about 100% in the bench, against 96.4%
-//    for OneFlow's capped grid-stride shape), but a heavy op loses up to 20 points with it: each
-//    thread's only load has nothing to overlap with.
+//    Copy-like ops run at the copy ceiling with it, above OneFlow's capped grid-stride shape; a
+//    heavy op runs well below it: each thread's only load has nothing to overlap with.
 //  * ComputeBoundTuning: two packs per thread per trip from a 2 x 128-pack tile, grid capped at 32
-//    waves: the best worst case of the sweep's heavy ops (gelu f32 about 98% in the bench), and
-//    copy-like ops still within 2 points of the other shape.
+//    waves: the best worst case of the sweep's heavy ops, with copy-like ops close to the other
+//    shape.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
 using ComputeBoundTuning = Tuning<128, 2, 32, true, 0>;
 using DefaultTuning = MemoryBoundTuning;
@@ -93,13 +97,17 @@ template <> struct VecOf<4> { using type = unsigned int; };
 template <> struct VecOf<2> { using type = unsigned short; };
 template <> struct VecOf<1> { using type = unsigned char; };
 
+template <int Hint, typename V>
+__device__ __forceinline__ V load_vec(const V* src) {
+  if constexpr (Hint >= 2) return __ldcs(src);   // evict-first: streamed data is not read again
+  else return __ldg(src);                        // read-only path
+}
+
 template <typename T, int N, int Hint = 0>
 __device__ __forceinline__ Pack<T, N> load_pack(const T* base, int64_t pack_index) {
   using V = typename VecOf<sizeof(Pack<T, N>)>::type;
   union { V v; Pack<T, N> p; } u;
-  const V* src = reinterpret_cast<const V*>(base) + pack_index;
-  if constexpr (Hint >= 2) u.v = __ldcs(src);   // evict-first: streamed data is not read again
-  else u.v = __ldg(src);                        // read-only path
+  u.v = load_vec<Hint>(reinterpret_cast<const V*>(base) + pack_index);
   return u.p;
 }
 
@@ -137,9 +145,209 @@ __device__ __forceinline__ void compute_store(const F& f, Out* out, Index i, Ind
   }
 }
 
+// ---- packs that straddle aligned words ------------------------------------------------------------
+// An input whose element 0 sits s elements (0 < s < N) past an aligned pack boundary, while the
+// output is aligned: pack k of the input (elements kN .. kN+N-1) lies across the aligned words
+// k and k+1 of base = in - s. Each thread reads those two aligned words (16 bytes each at the
+// widest pack) and funnel-shifts the pack out of them; s is the same for every pack of a launch, so
+// the shift costs a few ALU instructions and no divergence.
+//
+// Bounds: word k holds element kN and word k+1 holds element kN + N - s, so every word read holds
+// at least one element of the pack it serves. Word 0 also holds the s elements before in[0]:
+// reading the rest of an aligned 16-byte word that holds a valid element is safe on the GPU
+// (memory is mapped and protected in pages, and allocations start 256-byte aligned, so the word lies
+// inside the allocation of the element it holds). At the far end the last pack's word k+1 may run
+// past the allocation's requested size; that one word is assembled element by element from its s
+// valid elements, so nothing past the last element is read (compute-sanitizer stays quiet too).
+//
+// kShfl: word k+1 of lane l is word k of lane l + 1 when the warp's packs are consecutive, so it
+// comes through a warp shuffle and only lane 31 (and the lane of the last pack) loads its own; the
+// memory system then sees each word requested once. Without kShfl every thread loads both words:
+// each word is requested twice, and the second request of a word still in flight goes on to L2.
+// Either way all loads of a trip are in flight before the first shuffle waits (load_raw, then
+// shift_raw): a lane-31 load sent after the shuffle would add a second memory latency per trip.
+
+template <typename V>
+__device__ __forceinline__ V shfl_down_1(V v) {
+  constexpr int W = sizeof(V) / 4;
+  union { V v; uint32_t w[W]; } u;
+  u.v = v;
+#pragma unroll
+  for (int j = 0; j < W; ++j) u.w[j] = __shfl_down_sync(0xffffffffu, u.w[j], 1);
+  return u.v;
+}
+
+// Bytes [b, b + sizeof(V)) of the little-endian run lo:hi, 0 <= b < sizeof(V), b a multiple of 2
+// (or any b for 4-byte words). Word selection by the uniform b / 4 compiles to selects.
+template <typename V>
+__device__ __forceinline__ V funnel(V lo, V hi, int b) {
+  constexpr int W = sizeof(V) / 4;
+  static_assert(W >= 1 && sizeof(V) % 4 == 0, "funnel works on whole 32-bit words");
+  union { V v; uint32_t w[W]; } ul, uh, r;
+  ul.v = lo;
+  uh.v = hi;
+  uint32_t w[2 * W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    w[j] = ul.w[j];
+    w[W + j] = uh.w[j];
+  }
+  const int q = b >> 2, bits = (b & 3) * 8;
+  uint32_t a[W + 1];
+#pragma unroll
+  for (int j = 0; j <= W; ++j) {
+    uint32_t v = w[j];
+#pragma unroll
+    for (int c = 1; c < W; ++c)
+      if (q == c) v = w[j + c];
+    a[j] = v;
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) r.w[j] = __funnelshift_r(a[j], a[j + 1], bits);
+  return r.v;
+}
+
+// Straddling packs are read in two phases, so that every load of a trip is in flight before any
+// result is waited for (a shuffle waits for its source word): load_raw sends this lane's loads of
+// word k (and of word k+1 where it needs its own), then shift_raw shuffles and funnel-shifts.
+// The raw words sit in 16-byte slots whatever the pack size, so one array holds every input's.
+template <int U>
+struct RawWords {
+  uint4 lo[U], hi[U];
+};
+
+template <typename V>
+__device__ __forceinline__ uint4 to_slot(V v) {
+  union { uint4 s; V v; } u{};
+  u.v = v;
+  return u.s;
+}
+template <typename V>
+__device__ __forceinline__ V from_slot(uint4 s) {
+  union { uint4 s; V v; } u;
+  u.s = s;
+  return u.v;
+}
+
+// Whether this lane reads word k+1 itself (rather than from its neighbour's word k).
+template <bool kShfl, typename Index>
+__device__ __forceinline__ bool reads_own_next(Index k, Index n_packs, int lane) {
+  return !kShfl || lane == 31 || k + 1 >= n_packs;
+}
+
+// Phase 1: U packs of an input whose element 0 sits s elements past an aligned boundary (s = 0:
+// plain aligned loads); packs past n_packs are not read. n_packs is the main loop's count of
+// whole packs.
+template <int N, int U, int Hint, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ RawWords<U> load_raw(const T* in, int s, Index i, Index step, Index n_packs, int lane) {
+  using V = typename VecOf<sizeof(Pack<T, N>)>::type;
+  RawWords<U> r;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const Index k = i + u * step;
+    const bool valid = k < n_packs;
+    r.lo[u] = r.hi[u] = uint4{0, 0, 0, 0};
+    // (packs narrower than a 32-bit word are never shifted: their callers pass s = 0)
+    if (sizeof(V) % 4 != 0 || s == 0) {
+      if (valid) r.lo[u] = to_slot(load_vec<Hint>(reinterpret_cast<const V*>(in) + k));
+      continue;
+    }
+    const V* base = reinterpret_cast<const V*>(in - s);
+    if (valid) r.lo[u] = to_slot(load_vec<Hint>(base + k));
+    if (valid && reads_own_next<kShfl>(k, n_packs, lane)) {
+      if (k + 1 < n_packs) {
+        r.hi[u] = to_slot(load_vec<Hint>(base + k + 1));
+      } else {
+        // the last pack: word k+1 from its s valid elements only
+        union { V v; T e[N]; } last;
+        last.v = V{};
+        const T* p = in + (k + 1) * N - s;
+#pragma unroll
+        for (int t = 0; t < N - 1; ++t)
+          if (t < s) last.e[t] = p[t];
+        r.hi[u] = to_slot(last.v);
+      }
+    }
+  }
+  return r;
+}
+
+// Phase 2: the packs. With kShfl every lane of the warp must call it (s is uniform, so either all
+// lanes shuffle or none).
+template <int N, int U, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ Packs<T, N, U> shift_raw(const RawWords<U>& r, int s, Index i, Index step, Index n_packs,
+                                                    int lane) {
+  using V = typename VecOf<sizeof(Pack<T, N>)>::type;
+  Packs<T, N, U> out;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    union { V v; Pack<T, N> p; } w;
+    if constexpr (sizeof(V) % 4 != 0) {
+      w.v = from_slot<V>(r.lo[u]);
+    } else {
+      if (s == 0) {
+        w.v = from_slot<V>(r.lo[u]);
+      } else {
+        const V lo = from_slot<V>(r.lo[u]);
+        V hi = from_slot<V>(r.hi[u]);
+        if constexpr (kShfl) {
+          const V next = shfl_down_1(lo);
+          if (!reads_own_next<kShfl>(i + u * step, n_packs, lane)) hi = next;
+        }
+        w.v = funnel(lo, hi, s * int(sizeof(T)));
+      }
+    }
+    out.p[u] = w.p;
+  }
+  return out;
+}
+
+// One pack k, both phases (relu_mask's kernels).
+template <int N, int Hint, bool kShfl, typename T, typename Index>
+__device__ __forceinline__ Pack<T, N> load_shifted(const T* in, int s, Index k, Index n_packs, int lane) {
+  return shift_raw<N, 1, kShfl, T>(load_raw<N, 1, Hint, kShfl>(in, s, k, Index(0), n_packs, lane), s, k, Index(0),
+                                   n_packs, lane).p[0];
+}
+
+template <int N, int U, int Hint, typename F, typename Out, typename Index, typename... In>
+__device__ __forceinline__ void compute_store_masked(const F& f, Out* out, Index i, Index step, Index n_packs,
+                                                     const Packs<In, N, U>&... loaded) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const Index k = i + u * step;
+    if (k < n_packs) {
+      Pack<Out, N> o;
+      apply_pack<N>(f, o, loaded.p[u]...);
+      store_pack<Out, N, Hint>(out, k, o);
+    }
+  }
+}
+
+// ---- the map kernels ----------------------------------------------------------------------------
+// Both kernels see the array as [-head, 0) (the prologue: elements before the output's first
+// aligned pack), [0, n_packs * N) (whole packs, the output aligned) and the tail [n_packs * N, n).
+// Prologue and tail (fewer than N elements each) go one element per thread of block 0: the tail to
+// its first threads, the prologue to its last.
+
+template <int B, int N, typename Index, typename F, typename Out, typename... In>
+__device__ __forceinline__ void map_edges(const F& f, Index n, int head, Out* out, const In*... in) {
+  static_assert(B >= 2 * 16, "prologue and tail threads must not overlap");
+  if (blockIdx.x != 0) return;
+  const Index tail_start = n / N * N;
+  if (Index(threadIdx.x) < n - tail_start) {
+    const Index k = tail_start + threadIdx.x;
+    out[k] = f(in[k]...);
+  }
+  if (int(threadIdx.x) >= B - head) {
+    const Index k = Index(threadIdx.x) - B;   // in [-head, 0)
+    out[k] = f(in[k]...);
+  }
+}
+
+// Every operand aligned for N-element packs (after the prologue).
 template <class Tn, int N, typename Index, typename F, typename Out, typename... In>
 __global__ void __launch_bounds__(Tn::kBlock)
-map_kernel(F f, Index n, Out* __restrict__ out, const In* __restrict__... in) {
+map_kernel(F f, Index n, int head, Out* __restrict__ out, const In* __restrict__... in) {
   constexpr int B = Tn::kBlock, U = Tn::kUnroll, H = Tn::kHint;
   const Index n_packs = n / N;
   const Index threads = Index(gridDim.x) * B;
@@ -155,42 +363,117 @@ map_kernel(F f, Index n, Out* __restrict__ out, const In* __restrict__... in) {
     const Index k = i + u * step;
     if (k < n_packs) compute_store<N, 1, H>(f, out, k, step, load_packs<N, 1, H>(in, k, step)...);
   }
-  // Tail: fewer than N elements after the last whole pack, one per thread of block 0.
-  const Index tail = n - n_packs * N;
-  if (blockIdx.x == 0 && Index(threadIdx.x) < tail) {
-    const Index k = n_packs * N + threadIdx.x;
-    out[k] = f(in[k]...);
+  map_edges<B, N>(f, n, head, out, in...);
+}
+
+// Input k's element 0 sits shift[k] elements past an aligned pack boundary (the output is aligned).
+template <int K>
+struct Shifts {
+  int s[K > 0 ? K : 1];
+};
+
+template <class Tn, int N, bool kShfl, typename Index, typename F, typename Out, typename... In, size_t... I>
+__device__ __forceinline__ void map_shifted_body(const F& f, Index n, int head, const Shifts<sizeof...(In)>& sh,
+                                                 std::index_sequence<I...>, Out* __restrict__ out,
+                                                 const In* __restrict__... in) {
+  constexpr int B = Tn::kBlock, U = Tn::kUnroll, H = Tn::kHint;
+  static_assert(B % 32 == 0, "warps must be whole");
+  const Index n_packs = n / N;
+  const Index threads = Index(gridDim.x) * B;
+  const Index step = Tn::kTile ? Index(B) : threads;
+  const int lane = threadIdx.x & 31;
+  Index i = Index(blockIdx.x) * (Tn::kTile ? B * U : B) + threadIdx.x;
+  // Trips are uniform over the warp (its lanes hold consecutive packs, and the shuffles need every
+  // lane): a trip runs while the warp's first pack exists; lanes past the end are masked off.
+  for (; i - lane < n_packs; i += U * threads) {
+    RawWords<U> raw[sizeof...(In)];
+    ((raw[I] = load_raw<N, U, H, kShfl>(in, sh.s[I], i, step, n_packs, lane)), ...);
+    compute_store_masked<N, U, H>(f, out, i, step, n_packs,
+                                  shift_raw<N, U, kShfl, In>(raw[I], sh.s[I], i, step, n_packs, lane)...);
   }
+  map_edges<B, N>(f, n, head, out, in...);
+}
+
+template <class Tn, int N, bool kShfl, typename Index, typename F, typename Out, typename... In>
+__global__ void __launch_bounds__(Tn::kBlock)
+map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __restrict__ out,
+                   const In* __restrict__... in) {
+  map_shifted_body<Tn, N, kShfl>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
+}
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+// 32-bit indices when no index the kernel forms (up to n_packs + U * threads, and the tail) can
+// overflow.
+template <class Tn, int N>
+inline bool map_fits_i32(int64_t n, int grid) {
+  const int64_t reach = n / N + int64_t(Tn::kUnroll + 1) * grid * Tn::kBlock + N;
+  return n <= INT32_MAX && reach <= INT32_MAX;
+}
+
+// n elements from out[0] (whole packs, then the tail) plus `head` elements before it; every
+// pointer aligned for N-element packs.
+template <class Tn, int N, typename F, typename Out, typename... In>
+cudaError_t launch_pack_peeled(const Launch& l, const F& f, int64_t n, int head, Out* out, const In*... in) {
+  const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  if (map_fits_i32<Tn, N>(n, grid))
+    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, static_cast<int32_t>(n), head, out, in...);
+  else
+    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, head, out, in...);
+  return cudaGetLastError();
 }
 
 template <class Tn, int N, typename F, typename Out, typename... In>
 cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
-  const int64_t n_packs = n / N;
-  const int grid = grid_size(n_packs, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
-  // 32-bit indices when no index the kernel forms (up to n_packs + U * threads) can overflow.
-  const int64_t reach = n_packs + int64_t(Tn::kUnroll + 1) * grid * Tn::kBlock + N;
-  if (n <= INT32_MAX && reach <= INT32_MAX) {
-    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, static_cast<int32_t>(n), out, in...);
-  } else {
-    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, out, in...);
-  }
+  return launch_pack_peeled<Tn, N>(l, f, n, 0, out, in...);
+}
+
+// As launch_pack_peeled, with out aligned and input k starting sh.s[k] elements past a boundary.
+template <class Tn, int N, bool kShfl, typename F, typename Out, typename... In>
+cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
+                           Out* out, const In*... in) {
+  const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  if (map_fits_i32<Tn, N>(n, grid))
+    map_shifted_kernel<Tn, N, kShfl, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(
+        f, static_cast<int32_t>(n), head, sh, out, in...);
+  else
+    map_shifted_kernel<Tn, N, kShfl, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, head, sh, out, in...);
   return cudaGetLastError();
 }
 
-// Entry for generated code: picks the widest pack every pointer's alignment allows.
-template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
-cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
+// Straddling loads through warp shuffles (see load_shifted).
+constexpr bool kShiftByShuffle = true;
+
+// launch_map with the straddling-load variant spelled out (benchmarks compare the two).
+template <class Tn, bool kShfl, typename F, typename Out, typename... In>
+cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<Out, In...>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(out, pack * sizeof(Out)) && (aligned_to(in, pack * sizeof(In)) && ...)))
-    pack /= 2;
-  if constexpr (kMax >= 16) { if (pack == 16) return launch_pack<Tn, 16>(l, f, n, out, in...); }
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_pack<Tn, 8>(l, f, n, out, in...); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_pack<Tn, 4>(l, f, n, out, in...); }
-  if constexpr (kMax >= 2) { if (pack == 2) return launch_pack<Tn, 2>(l, f, n, out, in...); }
-  return launch_pack<Tn, 1>(l, f, n, out, in...);
+  if (!(aligned_to(out, sizeof(Out)) && (aligned_to(in, sizeof(In)) && ...))) return cudaErrorMisalignedAddress;
+  constexpr int N = max_pack<Out, In...>();
+  constexpr int K = sizeof...(In);
+  // Peel the prologue: out + head starts an aligned pack. Input k then starts s[k] elements past
+  // a boundary, its offset in elements relative to the output's, modulo N.
+  const int head = static_cast<int>(std::min<int64_t>(n, (N - pack_offset<N>(out)) % N));
+  const Shifts<K> sh{{pack_offset<N>(in + head)...}};
+  bool same = true;
+  for (int k = 0; k < K; ++k) same = same && sh.s[k] == 0;
+  if (same) return launch_pack_peeled<Tn, N>(l, f, n - head, head, out + head, (in + head)...);
+  // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
+  if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
+    return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
+  } else {
+    return with_widest_pack<N>([&](auto w) { return launch_pack<Tn, w.value>(l, f, n, out, in...); }, out, in...);
+  }
+}
+
+// Entry for generated code: whole N-element packs (16 bytes for the widest operand) wherever the
+// views sit. When every operand has the same offset from a pack boundary (in elements, modulo N),
+// a short prologue is peeled and the rest runs aligned; otherwise the output is still stored in
+// aligned packs and each misaligned input is read as aligned 16-byte words, shifted into place.
+template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
+cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
+  return launch_map_with<Tn, kShiftByShuffle>(l, f, n, out, in...);
 }
 
 }  // namespace ew

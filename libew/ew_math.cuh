@@ -6,6 +6,9 @@
 // significant bits), a few float ulp of error cannot change the rounded result, so the helper
 // uses the fast hardware approximations (ex2.approx, rcp.approx) and skips the argument
 // corrections; in half precision the accurate library calls, not memory, would bound the kernel.
+// (LeetCUDA's activation kernels make the same trade in their f16x8 forms: eight float16 per
+// 16-byte pack, fast exp; here the helpers stay within 1 ulp of the rounded result, and the
+// packs come from the template in elementwise.cuh.)
 // For float and double results (and when R is left out) every helper is accurate to a few ulp
 // of its compute type C.
 #pragma once
@@ -18,9 +21,9 @@ template <typename R>
 inline constexpr bool narrow_v = std::is_same_v<R, __half> || std::is_same_v<R, __nv_bfloat16>;
 
 // 2^x from the hardware approximation (ex2.approx: about 2 ulp), flush-to-zero form: one
-// instruction, where the form that keeps subnormal results costs the heavy half-precision ops about
-// 10% of their throughput (gelu bfloat16 at 2^28: 87.7% of the copy ceiling against 96.2% for
-// float16). float16 results need no float subnormals (float16's smallest subnormal is 2^-24);
+// instruction, where the form that keeps subnormal results takes several and measurably slowed the
+// heavy half-precision ops (benchmarks/RESULTS.md). float16 results need no float subnormals
+// (float16's smallest subnormal is 2^-24);
 // bfloat16 shares float's exponent range, so there 2^x = (2^(x/2))^2: the square of a normal
 // number, rounded by an ordinary multiply, is a correct subnormal. exp2_prescaled takes x already
 // multiplied by kEx2Scale<R>, so callers fold the halving into their own constants.
@@ -171,8 +174,63 @@ __device__ __forceinline__ float normal_cdf(float x) {
 
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 // The sigmoid form has no cancellation for x < 0; in the tail its relative error is the absolute
-// error of 2u, so for float results 2u is formed in double and its float rounding error dv is put
-// back with sigmoid' = s (1 - s): a few ulp instead of ~|2u| ulp. Narrow results need neither.
+// error of 2u (sigmoid(v) ~ e^v there), and |2u| reaches ~88 before the result underflows, where
+// a float's half ulp is 4e-6: rounding 2u to float alone would cost ~|2u| ulp of the result. So for
+// float results 2u is formed as an unevaluated sum vh + vl of two floats (float-float arithmetic,
+// no FP64), and vl is put back with sigmoid' = s (1 - s): a few ulp. Narrow results need neither.
+
+// 2 sqrt(2/pi) and 0.044715 * 2 sqrt(2/pi), each split into a float and the float rest.
+constexpr double kGeluC1 = 1.5957691216057308;
+constexpr double kGeluC3 = 1.5957691216057308 * 0.044715;
+constexpr float kGeluC1h = static_cast<float>(kGeluC1);
+constexpr float kGeluC1l = static_cast<float>(kGeluC1 - static_cast<double>(kGeluC1h));
+constexpr float kGeluC3h = static_cast<float>(kGeluC3);
+constexpr float kGeluC3l = static_cast<float>(kGeluC3 - static_cast<double>(kGeluC3h));
+
+// Float operations rounded on their own: the compiler never fuses them into an FMA. The error-free
+// steps below depend on it: contracting vh + rest into fma(sh, x, rest), say, counts the product's
+// rounding error twice.
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// v = x (c1 + c3 x^2) = vh + vl, |vl| <= ulp(vh) / 2, within about 2^-44 relative of the exact
+// value (products split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; about 20 float
+// operations). Where v overflows (or x is not finite) vh is +-inf or NaN and vl is 0.
+__host__ __device__ __forceinline__ float gelu_tanh_arg(float x, float& vl) {
+  const float p = mul_rn(x, x);
+  const float pe = fmaf(x, x, -p);                                 // x^2 = p + pe exactly
+  const float th = mul_rn(kGeluC3h, p);                            // c3 x^2 = th + tl
+  const float tl = add_rn(fmaf(kGeluC3h, p, -th), fmaf(kGeluC3h, pe, mul_rn(kGeluC3l, p)));
+  const float sh = add_rn(kGeluC1h, th);                           // two-sum: c1h + th = sh + err
+  const float bv = sub_rn(sh, kGeluC1h);
+  const float se = add_rn(add_rn(sub_rn(kGeluC1h, sub_rn(sh, bv)), sub_rn(th, bv)), add_rn(kGeluC1l, tl));
+  const float vh = mul_rn(sh, x);                                  // (sh + se) x = vh + rest
+  const float rest = fmaf(se, x, fmaf(sh, x, -vh));
+  const float v = add_rn(vh, rest);                                // renormalise
+  const bool finite = isfinite(v);
+  vl = finite ? sub_rn(rest, sub_rn(v, vh)) : 0.f;
+  return finite ? v : vh;
+}
+
 template <typename R = void>
 __device__ __forceinline__ double gelu_tanh(double x) {
   if (x < -800.0) return -0.0;
@@ -184,12 +242,10 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   if constexpr (narrow_v<R>) {
     return x * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
   } else {
-    const double xd = x;
-    const double v = 1.5957691216057308 * fma(0.044715 * xd, xd * xd, xd);
-    const float vh = static_cast<float>(v);
-    const float dv = isfinite(vh) ? static_cast<float>(v - static_cast<double>(vh)) : 0.f;
+    float vl;
+    const float vh = gelu_tanh_arg(x, vl);
     const float s = sigmoid(vh);
-    return x * fmaf(s * (1.f - s), dv, s);
+    return x * fmaf(s * (1.f - s), vl, s);
   }
 }
 

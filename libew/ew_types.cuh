@@ -59,4 +59,51 @@ __host__ __device__ inline bool aligned_to(const void* p, size_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }
 
+// ---- pack-width dispatch, shared by every kernel family ------------------------------------------
+// A kernel is compiled for a few pack widths N (powers of two, N * sizeof(T) <= 16 bytes); at run
+// time the entry point picks one from the pointers' addresses and calls the kernel's launcher for
+// it. The launcher is a generic lambda taking std::integral_constant<int, N>, so N stays a
+// compile-time constant inside it:
+//
+//   return with_widest_pack<max_pack<T>()>([&](auto w) { return launch_n<w.value>(...); }, y, x);
+//
+// Pointers may be null (an absent operand): null is aligned to everything.
+
+template <int N>
+using pack_c = std::integral_constant<int, N>;
+
+// The widest N (a power of two, at most Max) for which every pointer p is aligned to
+// N * sizeof(*p) bytes; 1 when some pointer is not even aligned to its own element size.
+template <int Max, typename... T>
+inline int widest_pack(const T*... p) {
+  static_assert(Max >= 1 && (Max & (Max - 1)) == 0, "pack widths are powers of two");
+  int n = Max;
+  while (n > 1 && !(aligned_to(p, size_t(n) * sizeof(T)) && ...)) n /= 2;
+  return n;
+}
+
+// Calls f(pack_c<N>{}) for the largest power of two N <= Max with N <= pack (pack >= 1); one
+// instantiation of f per width, the widest first.
+template <int Max, typename F>
+inline decltype(auto) dispatch_pack(int pack, F&& f) {
+  if constexpr (Max <= 1) {
+    return f(pack_c<1>{});
+  } else {
+    if (pack >= Max) return f(pack_c<Max>{});
+    return dispatch_pack<Max / 2>(pack, static_cast<F&&>(f));
+  }
+}
+
+// The two together: f at the widest pack every pointer allows.
+template <int Max, typename F, typename... T>
+inline decltype(auto) with_widest_pack(F&& f, const T*... p) {
+  return dispatch_pack<Max>(widest_pack<Max>(p...), static_cast<F&&>(f));
+}
+
+// Position of p inside its aligned N-element pack, in elements (p aligned to sizeof(T)).
+template <int N, typename T>
+inline int pack_offset(const T* p) {
+  return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % N);
+}
+
 }  // namespace ew

@@ -1,14 +1,17 @@
 // ReLU and Add-ReLU that also write a packed bitmask, and the backward that reads the mask instead
-// of y (seed 002): the backward then moves 1 bit per element instead of a whole element.
+// of y, after the BN-ReLU bitmask kernel (fused batch-norm + ReLU forwards that keep a 1-bit-per-
+// element ReLU mask for their backward): the backward then moves 1 bit per element instead of a
+// whole element.
 //
 // Mask layout: bit i % 32 of uint32 word i / 32 is element i; bits past n in the last word are 0.
 //
 // The forward works in warp-sized chunks: each lane loads one pack of N elements, so a warp covers
 // 32 * N elements = N mask words per trip. The warp-stride loop's condition depends only on the
 // chunk index, so every lane takes every trip and the __ballot_sync calls use the full mask: the
-// range is in effect rounded up to whole chunks, lanes past n vote 0. (The seed's
-// __ballot_sync(__activemask(), ...) inside a grid-stride loop over n builds wrong words when the
-// loop leaves a warp partly active, and __activemask() guarantees nothing about convergence.)
+// range is in effect rounded up to whole chunks, lanes past n vote 0. (A
+// __ballot_sync(__activemask(), ...) inside a grid-stride loop over n, as in the original, builds
+// wrong words when the loop leaves a warp partly active, and __activemask() guarantees nothing
+// about convergence.)
 #pragma once
 #include "elementwise.cuh"
 
@@ -31,21 +34,27 @@ struct ReluBit {
 template <int N, typename T, typename C, bool kAdd>
 __global__ void __launch_bounds__(kBlock)
 relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, const T* __restrict__ x,
-                 const T* __restrict__ addend) {
+                 const T* __restrict__ addend, int sx, int sa) {
   constexpr int kChunk = 32 * N;
   const ReluBit<T, C, kAdd> f;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (kBlock / 32);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int64_t words = (n + 31) / 32;
+  const int64_t n_packs = n / N;
   for (int64_t c = (int64_t(blockIdx.x) * kBlock + threadIdx.x) / 32; c < chunks; c += warps) {
     const int64_t first = c * kChunk + int64_t(lane) * N;   // this lane's N elements
     uint32_t bits = 0;                                       // bit j: element first + j
     if ((c + 1) * kChunk <= n) {
-      // a whole chunk: one vector load per input, one vector store
-      const Pack<T, N> xv = load_pack<T, N>(x, first / N);
+      // a whole chunk: one vector load per input (straddling packs of a misaligned input through
+      // warp shuffles, see load_raw; the branch is uniform over the warp), one vector store
+      const int64_t k = first / N, zero = 0;
+      const RawWords<1> rx = load_raw<N, 1, 0, true>(x, sx, k, zero, n_packs, lane);
+      RawWords<1> ra = rx;
+      if constexpr (kAdd) ra = load_raw<N, 1, 0, true>(addend, sa, k, zero, n_packs, lane);
+      const Pack<T, N> xv = shift_raw<N, 1, true, T>(rx, sx, k, zero, n_packs, lane).p[0];
       Pack<T, N> av = xv;
-      if constexpr (kAdd) av = load_pack<T, N>(addend, first / N);
+      if constexpr (kAdd) av = shift_raw<N, 1, true, T>(ra, sa, k, zero, n_packs, lane).p[0];
       Pack<T, N> yv;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
@@ -81,34 +90,31 @@ relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, cons
 }
 
 template <int N, typename T, typename C, bool kAdd>
-cudaError_t launch_relu_mask_n(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* a) {
+cudaError_t launch_relu_mask_n(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* a,
+                               int sx = 0, int sa = 0) {
   const int64_t chunks = (n + 32 * N - 1) / (32 * N);
   const int grid = grid_size(chunks * 32, 1, l);   // one lane per pack
-  relu_mask_kernel<N, T, C, kAdd><<<grid, kBlock, 0, l.stream>>>(n, y, mask, x, a);
+  relu_mask_kernel<N, T, C, kAdd><<<grid, kBlock, 0, l.stream>>>(n, y, mask, x, a, sx, sa);
   return cudaGetLastError();
 }
 
-// Entry for generated code: the widest pack (at most 16 bytes) that y, x and addend all allow at
-// their actual addresses, so a misaligned view gets a narrower pack rather than a wrong access.
+// Entry for generated code: 16-byte packs whenever y is aligned for them, whatever the inputs'
+// offsets (a misaligned x or addend is read as aligned words shifted into place); when y itself is
+// misaligned, the widest pack that y, x and addend all allow.
 template <typename T, typename C>
 cudaError_t launch_relu_mask(const Launch& l, int64_t n, T* y, uint32_t* mask, const T* x, const T* addend) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<T>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(y, pack * sizeof(T)) && aligned_to(x, pack * sizeof(T)) &&
-                       (addend == nullptr || aligned_to(addend, pack * sizeof(T)))))
-    pack /= 2;
-  if (addend != nullptr) {
-    if constexpr (kMax >= 8) { if (pack == 8) return launch_relu_mask_n<8, T, C, true>(l, n, y, mask, x, addend); }
-    if constexpr (kMax >= 4) { if (pack == 4) return launch_relu_mask_n<4, T, C, true>(l, n, y, mask, x, addend); }
-    if (pack == 2) return launch_relu_mask_n<2, T, C, true>(l, n, y, mask, x, addend);
-    return launch_relu_mask_n<1, T, C, true>(l, n, y, mask, x, addend);
+  constexpr int N = max_pack<T>();
+  if (aligned_to(y, N * sizeof(T)) && aligned_to(x, sizeof(T)) && aligned_to(addend, sizeof(T))) {
+    if (addend != nullptr)
+      return launch_relu_mask_n<N, T, C, true>(l, n, y, mask, x, addend, pack_offset<N>(x), pack_offset<N>(addend));
+    return launch_relu_mask_n<N, T, C, false>(l, n, y, mask, x, x, pack_offset<N>(x), pack_offset<N>(x));
   }
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_relu_mask_n<8, T, C, false>(l, n, y, mask, x, x); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_relu_mask_n<4, T, C, false>(l, n, y, mask, x, x); }
-  if (pack == 2) return launch_relu_mask_n<2, T, C, false>(l, n, y, mask, x, x);
-  return launch_relu_mask_n<1, T, C, false>(l, n, y, mask, x, x);
+  return with_widest_pack<max_pack<T>()>([&](auto w) {
+    if (addend != nullptr) return launch_relu_mask_n<w.value, T, C, true>(l, n, y, mask, x, addend);
+    return launch_relu_mask_n<w.value, T, C, false>(l, n, y, mask, x, x);
+  }, y, x, addend);
 }
 
 // ---- backward: dx = bit ? dy : +0 ----------------------------------------------------------------
@@ -116,14 +122,15 @@ cudaError_t launch_relu_mask(const Launch& l, int64_t n, T* y, uint32_t* mask, c
 
 template <int N, typename T>
 __global__ void __launch_bounds__(kBlock)
-mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, const uint32_t* __restrict__ mask) {
+mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, const uint32_t* __restrict__ mask,
+                     int sdy) {
   static_assert(32 % N == 0, "a pack must lie inside one mask word");
   const T zero = convert<T>(0.0f);
   const int64_t n_packs = n / N;
   const int64_t stride = int64_t(gridDim.x) * kBlock;
   const int64_t first = int64_t(blockIdx.x) * kBlock + threadIdx.x;
   for (int64_t p = first; p < n_packs; p += stride) {
-    const Pack<T, N> g = load_pack<T, N>(dy, p);
+    const Pack<T, N> g = load_shifted<N, 0, false>(dy, sdy, p, n_packs, 0);   // dy may straddle
     const int64_t e = p * N;                          // a multiple of N, so one word holds the pack
     const uint32_t bits = __ldg(mask + e / 32) >> (e % 32);
     Pack<T, N> o;
@@ -140,10 +147,11 @@ mask_backward_kernel(int64_t n, T* __restrict__ dx, const T* __restrict__ dy, co
 }
 
 template <int N, typename T>
-cudaError_t launch_mask_backward_n(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
+cudaError_t launch_mask_backward_n(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask,
+                                   int sdy = 0) {
   // No grid cap: one pack per thread, as MemoryBoundTuning (a select is copy-like work).
   const int grid = grid_size(n / N + 1, 1, l, kBlock, 0);
-  mask_backward_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(n, dx, dy, mask);
+  mask_backward_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(n, dx, dy, mask, sdy);
   return cudaGetLastError();
 }
 
@@ -151,13 +159,12 @@ template <typename T>
 cudaError_t launch_mask_backward(const Launch& l, int64_t n, T* dx, const T* dy, const uint32_t* mask) {
   if (n < 0 || !aligned_to(mask, sizeof(uint32_t))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kMax = max_pack<T>();
-  int pack = kMax;
-  while (pack > 1 && !(aligned_to(dx, pack * sizeof(T)) && aligned_to(dy, pack * sizeof(T)))) pack /= 2;
-  if constexpr (kMax >= 8) { if (pack == 8) return launch_mask_backward_n<8>(l, n, dx, dy, mask); }
-  if constexpr (kMax >= 4) { if (pack == 4) return launch_mask_backward_n<4>(l, n, dx, dy, mask); }
-  if (pack == 2) return launch_mask_backward_n<2>(l, n, dx, dy, mask);
-  return launch_mask_backward_n<1>(l, n, dx, dy, mask);
+  constexpr int N = max_pack<T>();
+  // 16-byte packs whenever dx is aligned for them (a misaligned dy is read as shifted words)
+  if (aligned_to(dx, N * sizeof(T)) && aligned_to(dy, sizeof(T)))
+    return launch_mask_backward_n<N>(l, n, dx, dy, mask, pack_offset<N>(dy));
+  return with_widest_pack<N>(
+      [&](auto w) { return launch_mask_backward_n<w.value>(l, n, dx, dy, mask); }, dx, dy);
 }
 
 }  // namespace ew

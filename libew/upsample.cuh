@@ -1,4 +1,4 @@
-// UpsampleNearest2D on NCHW (seed 001): a 2x fast path after OneFlow's kernel, and a general path
+// UpsampleNearest2D on NCHW: a 2x fast path after OneFlow's kernel, and a general path
 // that reproduces PyTorch's CUDA kernels bit for bit.
 //
 // Index rule (PyTorch's, "nearest" mode): with the float scale s = float(in) / float(out), output
@@ -145,14 +145,19 @@ inline bool upsample_prologue(const UpsampleShape& s, const Launch& l, void* dst
   return true;
 }
 
-// The widest K (input elements per thread) of the 2x path that the row width and the actual
-// addresses allow; 0 when even K = 1 would be misaligned (the general path then runs).
+// Widest K (input elements per thread) of the 2x path: 16-byte output packs of 2K elements.
 template <typename T>
-inline int upsample2x_pack(int64_t w, const void* in_side, const void* out_side) {
-  for (int k = 8 / static_cast<int>(sizeof(T)) > 0 ? 8 / static_cast<int>(sizeof(T)) : 1; k >= 1; k /= 2) {
-    if (w % k == 0 && aligned_to(in_side, k * sizeof(T)) && aligned_to(out_side, 2 * k * sizeof(T))) return k;
-  }
-  return 0;
+inline constexpr int kUpsampleMaxK = 8 / int(sizeof(T)) > 0 ? 8 / int(sizeof(T)) : 1;
+
+// The widest K that the row width and the actual addresses allow (K-element packs on the input
+// side, 2K-element packs on the output side); 0 when even K = 1 would be misaligned (the general
+// path then runs).
+template <typename T>
+inline int upsample2x_pack(int64_t w, const T* in_side, const T* out_side) {
+  constexpr int kMax = kUpsampleMaxK<T>;
+  int k = std::min(widest_pack<kMax>(in_side), widest_pack<2 * kMax>(out_side) / 2);
+  while (k > 1 && w % k != 0) k /= 2;
+  return k;
 }
 
 template <int K, typename T>
@@ -184,12 +189,10 @@ cudaError_t launch_upsample_forward(const Launch& l, T* y, const T* x, int64_t n
   cudaError_t rc;
   if (!upsample_prologue(s, l, y, x, size_t(s.n_out()) * sizeof(T), &rc)) return rc;
   if (oh == 2 * h && ow == 2 * w) {
-    switch (upsample2x_pack<T>(w, x, y)) {
-      case 4: if constexpr (sizeof(T) <= 2) return launch_upsample2x_forward<4>(l, s, y, x); break;
-      case 2: if constexpr (sizeof(T) <= 4) return launch_upsample2x_forward<2>(l, s, y, x); break;
-      case 1: return launch_upsample2x_forward<1>(l, s, y, x);
-      default: break;
-    }
+    const int k = upsample2x_pack<T>(w, x, y);
+    if (k > 0)
+      return dispatch_pack<kUpsampleMaxK<T>>(
+          k, [&](auto kc) { return launch_upsample2x_forward<kc.value>(l, s, y, x); });
   }
   // PyTorch's scales: float(in) / float(out), a float division of the converted sizes
   const float sh = static_cast<float>(h) / static_cast<float>(oh);
@@ -210,12 +213,10 @@ cudaError_t launch_upsample_backward(const Launch& l, T* dx, const T* dy, int64_
   cudaError_t rc;
   if (!upsample_prologue(s, l, dx, dy, size_t(s.n_in()) * sizeof(T), &rc)) return rc;
   if (oh == 2 * h && ow == 2 * w) {
-    switch (upsample2x_pack<T>(w, dx, dy)) {
-      case 4: if constexpr (sizeof(T) <= 2) return launch_upsample2x_backward<4, T, Acc>(l, s, dx, dy); break;
-      case 2: if constexpr (sizeof(T) <= 4) return launch_upsample2x_backward<2, T, Acc>(l, s, dx, dy); break;
-      case 1: return launch_upsample2x_backward<1, T, Acc>(l, s, dx, dy);
-      default: break;
-    }
+    const int k = upsample2x_pack<T>(w, dx, dy);
+    if (k > 0)
+      return dispatch_pack<kUpsampleMaxK<T>>(
+          k, [&](auto kc) { return launch_upsample2x_backward<kc.value, T, Acc>(l, s, dx, dy); });
   }
   // PyTorch's backward scales: float(out) / float(in)
   const float th = static_cast<float>(oh) / static_cast<float>(h);

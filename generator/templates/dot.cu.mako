@@ -5,7 +5,7 @@
 // generated from ${comment(op.source)} by generator/ -- do not edit
 // ${kernel.name}: ${comment(op.doc)}  [${T.name}, accumulating in ${T.compute}; methods: ${', '.join(e.role for e in entries)}]
 #include "ew.h"
-#include "reduce.cuh"
+#include "dot.cuh"
 % for e in entries:
 
 ${abi.head(e)} {

@@ -1,8 +1,9 @@
-// Dot product of two vectors in three flavours (seed 001's FastAtomicAdd benchmark):
+// Dot product of two vectors in three flavours; the last two measure atomics (the third goes
+// through the FastAtomicAdd helper of fast_atomic.cuh, after PyTorch's fastAtomicAdd):
 //   fast         each thread accumulates its elements in Acc (float; double for float64), the block
 //                sums its threads with warp shuffles, and one thread per block does ONE atomicAdd
 //                into an Acc scratch word; a one-thread kernel then rounds it to the result dtype.
-//   half_atomic  (float16/bfloat16) the seed's plain variant: per-thread float accumulation, then
+//   half_atomic  (float16/bfloat16) the plain variant: per-thread float accumulation, then
 //                every thread does a 16-bit atomicAdd of its rounded partial sum on the result.
 //   half2_pack   (float16/bfloat16) the same per-thread partial sums, each added with the
 //                FastAtomicAdd helper into a half accumulator that sits at the start of the
@@ -118,13 +119,8 @@ cudaError_t launch_dot(const Launch& l, void* result, void* work, const T* a, co
   cudaError_t rc = cudaMemsetAsync(zeroed, 0, M == DotMethod::kHalfAtomic ? sizeof(T) : 8, l.stream);
   if (rc != cudaSuccess) return rc;
   if (n > 0) {
-    constexpr int kMax = max_pack<T>();
-    int pack = kMax;
-    while (pack > 1 && !(aligned_to(a, pack * sizeof(T)) && aligned_to(b, pack * sizeof(T)))) pack /= 2;
-    if (pack == 8) { if constexpr (kMax >= 8) launch_dot_n<8, M, T, Acc>(l, result, work, a, b, n); }
-    else if (pack == 4) { if constexpr (kMax >= 4) launch_dot_n<4, M, T, Acc>(l, result, work, a, b, n); }
-    else if (pack == 2) launch_dot_n<2, M, T, Acc>(l, result, work, a, b, n);
-    else launch_dot_n<1, M, T, Acc>(l, result, work, a, b, n);
+    with_widest_pack<max_pack<T>()>(
+        [&](auto w) { launch_dot_n<w.value, M, T, Acc>(l, result, work, a, b, n); }, a, b);
     rc = cudaGetLastError();
     if (rc != cudaSuccess) return rc;
   }
