@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: environment, demo, full test suite, compute-sanitizer smoke run.
-# Logs go to $OUT (or ./gpu-out). Usage: bash scripts/gpu_check.sh [extra pytest args]
+# One call on a GPU machine: environment, demo, the whole test suite, then compute-sanitizer
+# (memcheck on every kernel family, racecheck on the special kernels). Logs go to $OUT (or
+# ./gpu-out). Usage: bash scripts/gpu_check.sh [extra pytest args]
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import sys, numpy, ml_dtypes, cuda.bindings; print(sys.version.split()[0], 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__, 'cuda-bindings', cuda.bindings.__version__)"
+  python3 -m pyew info
 } 2>&1 | tee "$OUT/env.log"
 python3 examples/demo.py 2>&1 | tee "$OUT/demo.log"
 python3 -m pytest -q -rs -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/tests.log" | tail -40

@@ -1,25 +1,55 @@
-"""A small run of every kernel of the library on odd sizes and misaligned views, meant to be run
-under compute-sanitizer (memcheck) on a GPU machine: any out-of-bounds access is reported there."""
+"""A small run of every map kernel of the library, meant to be run under compute-sanitizer on a GPU
+machine (any out-of-bounds access or uninitialised read is reported there):
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_smoke.py
+It covers odd sizes, views at every offset (equal and different misalignments), broadcast layouts
+(the strided entry: row and channel bias, scalars, outer products, strided views), mixed dtypes
+converted on the GPU, and numpy calls streamed through the transfer engine in many blocks."""
 import numpy as np
 
 import pyew
 
 rng = np.random.default_rng(1)
 count = 0
-for info in pyew.library.get().manifest["ops"]:
-    if info["kind"] != "map":
+
+
+def data(dt, n):
+    return (rng.integers(-50, 50, n) if dt.kind == "int" else rng.standard_normal(n)).astype(dt.np)
+
+
+def exact(a, off):
+    """A device view `off` elements into a buffer sized exactly for it: nothing follows it."""
+    pad = np.concatenate([np.zeros(off, a.dtype), a]) if off else a
+    return pyew.asarray(pad)[off:]
+
+
+for op in pyew.library.get().manifest.ops:
+    if op.kind != "map":
         continue
-    fn = getattr(pyew, info["name"])
-    params = {p["name"]: (p["default"] if p["default"] is not None else 1.5) for p in info["params"]}
-    for k in info["kernels"]:
-        dt = pyew.dtypes.BY_NAME[k["dtype"]]
+    fn = getattr(pyew, op.name)
+    params = {p.name: (p.default if p.default is not None else 1.5) for p in op.params}
+    for k in op.kernels:
+        dt = k.dtype
         for n in (1, 7, 33, 4099):
-            arrays = []
-            for j in range(len(info["inputs"])):
-                a = (rng.integers(-50, 50, n + 3) if dt.kind == "int" else rng.standard_normal(n + 3)).astype(dt.np)
-                arrays.append(pyew.asarray(a)[j % 3:j % 3 + n])
-            out = pyew.empty(n + 1, k["out_dtype"])[1:]
-            fn(*arrays, out=out, **params)
-            count += 1
+            for shift in (0, 1, 3, 5):
+                same = shift % 2 == 1
+                arrays = [exact(data(dt, n), shift if same else (j + shift) % 8) for j in range(len(op.inputs))]
+                off = shift if same else (shift + 2) % 8
+                out = exact(np.zeros(n, k.out_dtype.np), off)
+                fn(*arrays, out=out, **params)
+                count += 1
+        if len(op.inputs) == 2 and dt.kind == "float":
+            for sa, sb in (((33, 17), (17,)), ((5, 7, 9), (7, 1)), ((31,), ()), ((6, 1), (1, 5)), ((2, 3, 4, 5), (3, 1, 5))):
+                a = pyew.asarray(data(dt, int(np.prod(sa))).reshape(sa))
+                b = pyew.asarray(data(dt, int(np.prod(sb))).reshape(sb)) if sb else 1.5
+                fn(a, b, **params)
+                fn(b, a, **params)
+                count += 2
+tlim = pyew.set_transfer_limits(small_bytes=0, device_bytes=256 * 1024, threads=4)
+x = rng.standard_normal((257, 1001)).astype(np.float32)
+for arrays in ((x,), (x, x[:, :1]), (x[:, ::2],), (x.astype(np.float16), x)):
+    pyew.add(*arrays, 1.0) if len(arrays) == 1 else pyew.add(*arrays)
+    count += 1
+pyew.relu_mask(x)
+pyew.set_transfer_limits(**tlim)
 pyew.synchronize()
-print(f"sanitize smoke: {count} launches done")
+print(f"sanitize smoke: {count} calls done")

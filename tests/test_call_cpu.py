@@ -134,3 +134,27 @@ def test_errors_change_nothing(fakes, rng):
     with pytest.raises(TypeError, match="not an array or number"):
         pyew.relu(object())
     np.testing.assert_array_equal(out, 7.0)
+
+
+@needs_lib
+def test_broadcasting_through_the_strided_entry(fakes, rng):
+    shapes = [((4, 1), (1, 5)), ((3, 4, 5), (5,)), ((2, 3, 1, 6), (3, 7, 1)), ((7,), ()), ((0, 3), (3,)),
+              ((300, 64), (64,)), ((16, 32, 100), (32, 1)), ((1, 1, 9), (2, 1, 1))]
+    for sa, sb in shapes:
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        np.testing.assert_array_equal(pyew.add(a, b), a + b)
+        np.testing.assert_array_equal(pyew.mul(pyew.asarray(a), pyew.asarray(b)).get(), a * b)
+        np.testing.assert_array_equal(pyew.sub(pyew.asarray(a), b).get(), a - b)
+
+
+@needs_lib
+def test_mixed_dtypes_are_converted_on_the_gpu(fakes, rng):
+    x = rng.standard_normal(1000).astype(np.float16)
+    y = rng.standard_normal(1000).astype(np.float32)
+    fakes[1].launches.clear()
+    got = pyew.add(x, y)
+    assert got.dtype == np.float32 and "forward" in fakes[1].launches
+    np.testing.assert_array_equal(got, x.astype(np.float32) + y)
+    i = np.arange(1000, dtype=np.int32)
+    np.testing.assert_array_equal(pyew.add(i, y), i + y)          # float64, as numpy

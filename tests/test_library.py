@@ -135,3 +135,23 @@ def test_errors_checked_before_gpu_use():
         pyew.scale(np.ones(3, np.float32))
     with pytest.raises(TypeError, match="stream must be a pyew.Stream"):
         pyew.relu(np.ones(3, np.float32), stream=5)
+
+
+def test_no_gpu_errors_are_exact_and_quiet():
+    """Without a usable GPU, allocating calls raise NoDeviceError (not a CUDA error from deep in an
+    allocation), and nothing is printed from a half-made buffer's finalizer."""
+    code = ("import pyew, gc\n"
+            "for f in (lambda: pyew.asarray([1.0, 2.0]), lambda: pyew.empty(3), lambda: pyew.zeros(3)):\n"
+            "    try:\n        f()\n    except pyew.NoDeviceError as e:\n        print('NODEV')\n"
+            "gc.collect()\n")
+    r = run_py(code, CUDA_VISIBLE_DEVICES="")
+    assert r.stdout.split() == ["NODEV"] * 3, r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr and r.stderr.strip() == "", r.stderr
+
+
+def test_without_cuda_python_the_error_says_what_to_install(monkeypatch):
+    from pyew import runtime
+    monkeypatch.setattr(runtime, "_rt", None)
+    monkeypatch.setattr(runtime, "_device", None)
+    with pytest.raises(pyew.NoDeviceError, match="pip install cuda-python"):
+        pyew.empty(3)
