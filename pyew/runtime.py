@@ -107,6 +107,22 @@ def device_info() -> dict:
             "total_memory": total, "free_memory": free}
 
 
+def pool_usage() -> dict:
+    """The device pool's bytes in use now and at most since the last reset_pool_peak(), and
+    reserved (in use plus cached)."""
+    pool = device().pool
+    attr = _rt.cudaMemPoolAttr
+    get = lambda a: int(check(_rt.cudaMemPoolGetAttribute(pool, a), "cudaMemPoolGetAttribute"))  # noqa: E731
+    return {"used": get(attr.cudaMemPoolAttrUsedMemCurrent), "used_peak": get(attr.cudaMemPoolAttrUsedMemHigh),
+            "reserved": get(attr.cudaMemPoolAttrReservedMemCurrent)}
+
+
+def reset_pool_peak() -> None:
+    from cuda.bindings import driver as _drv
+    check(_rt.cudaMemPoolSetAttribute(device().pool, _rt.cudaMemPoolAttr.cudaMemPoolAttrUsedMemHigh,
+                                      _drv.cuuint64_t(0)), "cudaMemPoolSetAttribute")
+
+
 def trim_pool(keep_bytes: int = 0) -> None:
     """Return the device pool's cached free memory to the driver, down to keep_bytes."""
     check(_rt.cudaMemPoolTrimTo(device().pool, keep_bytes), "cudaMemPoolTrimTo")

@@ -154,4 +154,4 @@ def test_without_cuda_python_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setattr(runtime, "_rt", None)
     monkeypatch.setattr(runtime, "_device", None)
     with pytest.raises(pyew.NoDeviceError, match="pip install cuda-python"):
-        pyew.empty(3)
+        pyew.empty(123457)          # a size no freed buffer is kept for
