@@ -47,9 +47,10 @@ class Limits:
     pinned_bytes: int = 256 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = max(1, min(16, os.cpu_count() or 1))
-    # Below this many bytes (all operands of a call together), one shot in the calling thread:
-    # below it the workers' start-up costs more than they gain (benchmarks/RESULTS.md, crossover).
-    small_bytes: int = 16 * _MiB
+    # Below this many bytes (all operands of a call together), one shot on the caller's stream,
+    # its host copies split over the workers: below it streaming costs more than it gains
+    # (benchmarks/RESULTS.md, crossover).
+    small_bytes: int = 32 * _MiB
     # "stage": copy through the pinned ring; "register": page-lock the caller's arrays in place and
     # DMA straight from and to them (kept for the comparison in the benchmark).
     mode: str = "stage"
@@ -158,26 +159,39 @@ def _small_buffer() -> Pinned:
     _small_lock held."""
     global _small, _small_pending
     if _small is None:
-        _small = Pinned(max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4)))
+        _small = Pinned(_small_buffer_bytes())
     if _small_pending is not None:
         _small_pending.synchronize()
         _small_pending = None
     return _small
 
 
+def _small_buffer_bytes() -> int:
+    # slack for the per-operand alignment of up to 16 operands
+    return max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4) + 16 * _ALIGN)
+
+
 def _ring_slot_bytes() -> int:
-    small = max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4))
-    per = (_limits.pinned_bytes - small) // _limits.threads
+    per = (_limits.pinned_bytes - _small_buffer_bytes()) // _limits.threads
     return max(_ALIGN * 64, per // _ALIGN * _ALIGN)
 
 
-def _ensure_lanes(k: int) -> list[_Lane]:
+_pool_lock = threading.Lock()
+
+
+def _worker_pool() -> ThreadPoolExecutor:
     global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_limits.threads, thread_name_prefix="pyew-transfer")
+        return _pool
+
+
+def _ensure_lanes(k: int) -> list[_Lane]:
     slot = _ring_slot_bytes()
     while len(_lanes) < k:
         _lanes.append(_Lane(slot))
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_limits.threads, thread_name_prefix="pyew-transfer")
+    _worker_pool()
     return _lanes[:k]
 
 
@@ -277,7 +291,7 @@ def to_device(host: np.ndarray, dptr: int, stream) -> None:
         with _small_lock:
             buf = _small_buffer()
             if nbytes <= buf.nbytes:
-                np.copyto(buf.array(0, host.dtype, host.shape), host)
+                _copy(buf.array(0, host.dtype, host.shape), host)
                 rt.copy_htod(dptr, buf.ptr, nbytes, stream.cu)
                 _small_read_by(stream)
                 return
@@ -325,7 +339,7 @@ def to_host(dptr: int, host: np.ndarray, stream) -> None:
             if nbytes <= buf.nbytes:
                 rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
                 rt.stream_synchronize(stream.cu)
-                np.copyto(host, buf.array(0, host.dtype, host.shape))
+                _copy(host, buf.array(0, host.dtype, host.shape))
                 return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
     with _engine_lock:
@@ -404,7 +418,7 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
                 cancel.flag = True
                 raise
 
-    futures = [_pool.submit(loop, lane) for lane in lanes]
+    futures = [_worker_pool().submit(loop, lane) for lane in lanes]
     _join(futures, lanes, cancel)
     if join:
         for lane in lanes:
@@ -622,11 +636,30 @@ def _stream_small(inputs, outputs, shape, kernel, stream, buf: Pinned, out_scale
 def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream) -> bool:
     """The small-call path: copy `inputs` up through the small pinned buffer, launch(dptrs, optrs,
     stream), copy the results into `outputs` and wait. False (nothing done) if they do not fit."""
-    need = sum(_round(a.nbytes) for a in inputs) + sum(_round(o.nbytes) for o in outputs)
-    if need > _limits.small_bytes:
+    if sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs) > _limits.small_bytes:
         return False
     with _small_lock:
         return _one_shot(inputs, outputs, launch, stream, _small_buffer())
+
+
+_PARALLEL_COPY_BYTES = 2 * _MiB      # a one-shot host copy larger than this is split over the workers
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """np.copyto, split over the worker threads when it is large and both sides are C-ordered
+    (a fresh numpy output also pays its page faults in these copies: they parallelise too)."""
+    n = dst.nbytes
+    if n < _PARALLEL_COPY_BYTES or _limits.threads == 1 or not (dst.flags.c_contiguous and src.flags.c_contiguous) \
+            or dst.shape != src.shape:
+        np.copyto(dst, src)
+        return
+    pool = _worker_pool()
+    d, s_ = dst.reshape(-1), src.reshape(-1)
+    parts = min(_limits.threads, n // (_PARALLEL_COPY_BYTES // 2))
+    step = -(-d.size // parts)
+    futures = [pool.submit(np.copyto, d[i:i + step], s_[i:i + step]) for i in range(0, d.size, step)]
+    for f in futures:
+        f.result()
 
 
 def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
@@ -638,7 +671,7 @@ def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
         off = 0
         dptrs = []
         for v in ins:
-            np.copyto(buf.array(off, v.dtype, v.shape), v)
+            _copy(buf.array(off, v.dtype, v.shape), v)
             dptrs.append(dbase + off)
             off += _round(v.nbytes)
         if off:
@@ -654,7 +687,7 @@ def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
         rt.stream_synchronize(stream.cu)
         o = first
         for v in outs:
-            np.copyto(v, buf.array(o, v.dtype, v.shape))
+            _copy(v, buf.array(o, v.dtype, v.shape))
             o += _round(v.nbytes)
     finally:
         rt.free(dbase, stream, need)

@@ -159,7 +159,7 @@ def test_parse_args_defaults_and_quick():
 
 
 def test_suites_run_in_registry_order():
-    assert list(SUITES) == ["copy", "template", "dot", "upsample", "relu_mask", "overhead", "interop",
+    assert list(SUITES) == ["copy", "template", "dot", "upsample", "relu_mask", "layouts", "overhead", "interop",
                             "firstcall", "numpy", "map"]
     assert cli.parse_args(["--suites", "map,numpy,interop"]).suites == ["interop", "numpy", "map"]
 

@@ -21,7 +21,7 @@ from pyew import dtypes as dt
 from pyew import kinds, library
 from pyew import runtime as rt
 from pyew import transfer
-from pyew.bench import api_suites, cli, host_suites, map_suites, numpy_suite, peers, timing
+from pyew.bench import api_suites, cli, host_suites, layout_suite, map_suites, numpy_suite, peers, timing
 from pyew.bench.data import Pool
 from pyew.bench.timing import Timing
 from pyew.errors import CudaError
@@ -165,7 +165,10 @@ def fake_gpu(monkeypatch, tmp_path):
                              (numpy_suite, "COPY_THREADS", (1, 2)),
                              (numpy_suite, "CROSSOVER_SIZES", (1 << 8, 1 << 10, 1 << 12)),
                              (numpy_suite, "CROSSOVER_BUDGET_S", 0.005), (numpy_suite, "SMALL_BUDGET_S", 0.005),
-                             (numpy_suite, "POINT_BUDGET_S", 0.005), (numpy_suite, "TRANSFER_SIZES", (1 << 12,))):
+                             (numpy_suite, "POINT_BUDGET_S", 0.005), (numpy_suite, "TRANSFER_SIZES", (1 << 12,)),
+                             (layout_suite, "ROW_BIAS", ((16, 64), (64,))),
+                             (layout_suite, "CHANNEL_BIAS", ((2, 4, 8, 8), (4, 1, 1))),
+                             (layout_suite, "VIEW_N", 1 << 10)):
         monkeypatch.setattr(mod, name, value)
     old = transfer.set_transfer_limits(**LIMITS)
     kinds.reset()

@@ -181,6 +181,7 @@ def render(rows, copy_gbps, meta, notes, target_items=None) -> str:
     parts += [targets_table(target_items), map_headline(v), report_host.sustained_section(rows), template(v),
               dot(v), api_table(v, "upsample", "upsample_nearest2d 2x vs PyTorch"),
               api_table(v, "relu_mask", "relu_mask_backward vs PyTorch threshold_backward"),
+              report_host.layouts_section(rows, copy_gbps),
               overhead(v), report_host.interop_section(rows), report_host.firstcall_section(rows),
               report_host.small_section(rows), report_host.numpy_tables(rows),
               report_host.crossover_section(rows, small_bytes), report_host.transfer_section(rows),

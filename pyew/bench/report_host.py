@@ -261,3 +261,82 @@ def sustained_section(rows) -> str:
             "burst = the map table's median of short bursts.\n\n"
             + table(["op", "dtype", "n", "pyew burst", "pyew sustained", "pyew segments", "PyTorch burst",
                      "PyTorch sustained", "PyTorch segments", "sustained: torch time / pyew time"], body))
+
+
+# ---- layouts: bias adds and offset views ------------------------------------------------------------
+
+def _layout_gbps(r) -> float | None:
+    nbytes = r.get("counted_bytes") or r.get("bytes")
+    return nbytes / (r["ms"] * 1e6) if r.get("ms") else None
+
+
+def layouts_section(rows, copy_gbps) -> str:
+    rs = [r for r in rows if r.get("suite") == "layouts"]
+    if not rs:
+        return ""
+    pct = lambda g: f"{100 * g / copy_gbps:.1f}%" if (g and copy_gbps) else "—"      # noqa: E731
+    out = ["## Layouts: broadcast bias and offset views (pyew vs PyTorch)", "",
+           "Bias adds count the big input and the output (the bias is read from cache); views count "
+           "what they read and write. GB/s = 1e9 bytes/s; % of this run's copy ceiling.", "",
+           "| op | dtype | shape | pyew GB/s | pyew % copy | torch GB/s | torch % copy | torch time / pyew time |",
+           "|---|---|---|---|---|---|---|---|"]
+    bias = [r for r in rs if "bias" in r["name"] and r["impl"] == "pyew"]
+    for r in bias:
+        t = next((x for x in rs if x["name"] == r["name"] and x["dtype"] == r["dtype"] and x["impl"] == "torch"), None)
+        g, tg = _layout_gbps(r), (_layout_gbps(t) if t else None)
+        ratio = f"{t['ms'] / r['ms']:.2f}x" if t else "—"
+        out.append(f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | "
+                   f"{tg:.0f} | {pct(tg)} | {ratio} |" if tg else
+                   f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | — | — | — |")
+    views = [r for r in rs if "offset" in r and r["impl"] == "pyew"]
+    if views:
+        out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is a new, "
+                "aligned array): the worst offset of 1..7 against the aligned run, and against torch on the same views.",
+                "", "| op | dtype | aligned GB/s | worst offset GB/s (k) | worst / aligned | min torch time / pyew time |",
+                "|---|---|---|---|---|---|"]
+        for (name, dtype) in dict.fromkeys((r["op"], r["dtype"]) for r in views):
+            mine = {r["offset"]: r for r in views if r["op"] == name and r["dtype"] == dtype}
+            theirs = {r["offset"]: r for r in rs if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
+            if 0 not in mine:
+                continue
+            a = _layout_gbps(mine[0])
+            off = [k for k in mine if k]
+            if not off:
+                continue
+            worst = min(off, key=lambda k: _layout_gbps(mine[k]))
+            w = _layout_gbps(mine[worst])
+            ratios = [theirs[k]["ms"] / mine[k]["ms"] for k in off if k in theirs]
+            rt = f"{min(ratios):.2f}x" if ratios else "—"
+            out.append(f"| {name} | {dtype} | {a:.0f} | {w:.0f} ({worst}) | {100 * w / a:.1f}% | {rt} |")
+    return "\n".join(out)
+
+
+def layout_targets(rows, copy_gbps):
+    """(bias text, met), (views text, met) for the targets table."""
+    rs = [r for r in rows if r.get("suite") == "layouts"]
+    bias = [r for r in rs if "bias" in r["name"] and r["impl"] == "pyew"]
+    if bias and copy_gbps:
+        worst = min(bias, key=_layout_gbps)
+        p = 100 * _layout_gbps(worst) / copy_gbps
+        b = (f"min {p:.1f}% of copy ({worst['name']} {worst['dtype']})", p >= 95.0)
+    else:
+        b = ("not measured", None)
+    views = [r for r in rs if "offset" in r and r["impl"] == "pyew"]
+    if views:
+        worst_pct, worst_vs = 1e9, 1e9
+        for (name, dtype) in dict.fromkeys((r["op"], r["dtype"]) for r in views):
+            mine = {r["offset"]: r for r in views if r["op"] == name and r["dtype"] == dtype}
+            theirs = {r["offset"]: r for r in rs if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
+            if 0 not in mine:
+                continue
+            for k, r in mine.items():
+                if k:
+                    worst_pct = min(worst_pct, 100 * _layout_gbps(r) / _layout_gbps(mine[0]))
+                    if k in theirs:
+                        worst_vs = min(worst_vs, theirs[k]["ms"] / r["ms"])
+        vs = f"{worst_vs:.2f}x" if worst_vs < 1e9 else "not measured"
+        v = (f"worst {worst_pct:.1f}% of aligned; torch time / pyew time min {vs}",
+             worst_pct >= 95.0 and (worst_vs >= 1.0 or worst_vs == 1e9))
+    else:
+        v = ("not measured", None)
+    return b, v

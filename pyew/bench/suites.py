@@ -6,7 +6,7 @@ a run that reaches --max-time still has every table but part of the sweep.
 """
 from __future__ import annotations
 
-from . import api_suites, host_suites, map_suites, numpy_suite
+from . import api_suites, host_suites, layout_suite, map_suites, numpy_suite
 
 SUITES = {
     "copy": (map_suites.suite_copy, "copy ceiling: large device-to-device cudaMemcpyAsync"),
@@ -15,6 +15,8 @@ SUITES = {
     "dot": (api_suites.suite_dot, "pyew.dot's methods (float16) vs torch.dot"),
     "upsample": (api_suites.suite_upsample, "upsample_nearest2d 2x fwd/bwd vs torch, 16x32x80x80 and 8x batch"),
     "relu_mask": (api_suites.suite_relu_mask, "relu_mask_backward vs torch threshold_backward, 16x32x112x112 and 8x"),
+    "layouts": (layout_suite.suite_layouts,
+                "row and channel bias add/mul/add_relu and views offset 1..7 elements, vs torch (f32/f16/bf16)"),
     "overhead": (api_suites.suite_overhead, "host time per call on 1-element arrays, pyew vs torch vs CuPy"),
     "interop": (host_suites.suite_interop,
                 "pyew.add on DeviceArray vs torch vs CuPy operands (host µs per call); bfloat16 DLPack check"),

@@ -197,6 +197,13 @@ def add_vs_torch(rows: Rows):
             p["us_per_call"] <= t["us_per_call"])
 
 
+def _layouts(which: int):
+    def check(rows: Rows):
+        from .report_host import layout_targets
+        return layout_targets(rows.rows, rows.copy_gbps)[which]
+    return check
+
+
 CHECKS = (
     ("unary ops f32/f16/bf16 at the largest size: >= 97% of the copy ceiling", unary_pct),
     ("binary ops: at least PyTorch's speed", binary_vs_torch),
@@ -216,6 +223,8 @@ CHECKS = (
     ("numpy in/out: every one-input default op faster than numexpr (float32, 2^26)", unary_vs_numexpr),
     ("small calls (16 float32 elements, numpy in/out) <= 50 µs", small_calls),
     ("a foreign GPU operand (torch, CuPy) <= 2 µs extra per operand over a DeviceArray", foreign_operand),
+    ("row and channel bias add/mul/add_relu: >= 95% of the copy ceiling (f32/f16/bf16)", _layouts(0)),
+    ("views offset 1..7 elements: >= 95% of aligned and no slower than torch", _layouts(1)),
 )
 
 

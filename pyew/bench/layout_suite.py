@@ -1,0 +1,83 @@
+"""Layouts beyond one aligned shape: broadcast bias adds (a row bias and a channel bias, the big
+input and the output counted) and views offset by 1..7 elements from an aligned buffer, pyew
+against PyTorch on the same data, timed with events around the Python calls."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import runtime as rt
+from .api_suites import _have, _timed
+from .data import random_device
+from .warm import warm_up
+
+ROW_BIAS = ((65536, 4096), (4096,))
+CHANNEL_BIAS = ((64, 256, 128, 128), (256, 1, 1))
+BIAS_OPS = ("add", "mul", "add_relu")
+VIEW_OPS = ("relu", "sigmoid", "add")
+DTYPES = ("float32", "float16", "bfloat16")
+VIEW_N = 1 << 26
+OFFSETS = range(1, 8)
+
+
+def _torch_fn(t, name):
+    return {"add": t.add, "mul": t.mul, "relu": t.relu, "sigmoid": t.sigmoid,
+            "add_relu": lambda x, y: t.relu(x + y)}[name]
+
+
+def _dtypes(run):
+    wanted = run.args.dtypes or DTYPES
+    return [d for d in wanted if d in DTYPES]
+
+
+def suite_layouts(run) -> None:
+    import pyew
+    if not _have(run, "layouts", *BIAS_OPS, *VIEW_OPS):
+        return
+    peer = run.peers.get("torch")
+    dtypes = _dtypes(run)
+    warm = []
+    for dtype in dtypes:
+        x, b = random_device(run.rng, dtype, (4, 64)), random_device(run.rng, dtype, (64,))
+        for name in BIAS_OPS:
+            warm.append(functools.partial(getattr(pyew, name), x, b))
+        for name in VIEW_OPS:
+            args = (x[1:],) * (2 if name == "add" else 1)
+            warm.append(functools.partial(getattr(pyew, name), *args))
+    warm_up(run, warm, "layouts")
+    for dtype in dtypes:
+        for label, (xs, bs) in (("row bias", ROW_BIAS), ("channel bias", CHANNEL_BIAS)):
+            x = random_device(run.rng, dtype, xs)
+            b = random_device(run.rng, dtype, bs)
+            counted = 2 * x.nbytes                      # the big input and the output
+            for name in BIAS_OPS:
+                fn = getattr(pyew, name)
+                _timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b)],
+                       extra={"counted_bytes": counted})
+                if peer is not None:
+                    tf = _torch_fn(peer.mod, name)
+                    _timed(run, "layouts", f"{name} {label}", dtype, xs, "torch",
+                           [functools.partial(tf, peer.wrap(x), peer.wrap(b))], extra={"counted_bytes": counted})
+            del x, b
+            rt.synchronize()
+        base = random_device(run.rng, dtype, (VIEW_N + 8,))
+        other = random_device(run.rng, dtype, (VIEW_N + 8,))
+        tbase = peer.wrap(base) if peer is not None else None
+        tother = peer.wrap(other) if peer is not None else None
+        for name in VIEW_OPS:
+            fn = getattr(pyew, name)
+            for off in (0, *OFFSETS):
+                if run.out_of_time():
+                    return
+                view = base[off:off + VIEW_N]
+                args = (view, other[:VIEW_N]) if name == "add" else (view,)
+                _timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "pyew",
+                       [functools.partial(fn, *args)], extra={"op": name, "offset": off})
+                if peer is not None:
+                    tv = tbase[off:off + VIEW_N]
+                    targs = (tv, tother[:VIEW_N]) if name == "add" else (tv,)
+                    _timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "torch",
+                           [functools.partial(_torch_fn(peer.mod, name), *targs)], extra={"op": name, "offset": off})
+        del base, other, tbase, tother
+        rt.synchronize()
