@@ -90,7 +90,8 @@ def _scatter_entries(op, d):
 _COMMON = frozenset({"doc", "dtypes"})
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("map", "map.cu.mako", frozenset({"inputs", "dtypes", "expr", "ref", "doc"}),
-         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out", "rtol", "tuning"}, ALL, 1, 8, ("x",), _map_entries),
+         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out", "rtol", "tuning"}, ALL, 1, 8, ("x",),
+         _map_entries),
     Kind("relu_mask", "relu_mask.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON | {"inputs"}, FLOATS, 1, 2, ("x",), _relu_mask_entries),
     Kind("mask_backward", "mask_backward.cu.mako", frozenset({"dtypes", "doc"}),

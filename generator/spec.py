@@ -6,9 +6,6 @@ ops of all files have been checked together (calls between ops, entry-point symb
 """
 from __future__ import annotations
 
-# names first: it must see pyew before anything else imports it (see generator/names.py)
-from . import names as nm  # noqa: I001
-
 import functools
 import hashlib
 import math
@@ -22,6 +19,9 @@ from pyew import dtypes as dt
 
 from . import abi
 from . import expr as ex
+
+# names first: it must see pyew before anything else imports it (see generator/names.py)
+from . import names as nm  # noqa: I001
 from .kinds import KINDS, Kind
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ is loaded on first use, so `import pyew` itself needs neither the library nor a 
 """
 from __future__ import annotations
 
-
-from . import dtypes, kinds as _kinds, library
+from . import dtypes, library
+from . import kinds as _kinds
 from .array import DeviceArray, empty, zeros
 from .errors import CudaError, LibraryError, NoDeviceError, PyewError
 from .interop import asarray, from_dlpack

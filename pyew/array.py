@@ -8,14 +8,12 @@ import sys
 
 import numpy as np
 
-from . import dlpack
+from . import dlpack, library, transfer
 from . import dtypes as dt
-from . import library
 from . import runtime as rt
-from . import transfer
 
 
-class _Buffer:
+class Buffer:
     """Owns one pool allocation. Freed on its own stream when the last view goes away; streams it
     was used on besides that one are waited for first, so the free cannot overtake their work.
     `last` is the stream that last queued work on it: what a consumer must wait for."""
@@ -100,7 +98,7 @@ class DeviceArray:
         size = 1
         for s in shape:
             size *= s
-        buf = _Buffer(size * info.itemsize, stream)
+        buf = Buffer(size * info.itemsize, stream)
         return cls(buf, buf.ptr, shape, info)
 
     # -- properties ---------------------------------------------------------------------------

@@ -19,13 +19,24 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import dtypes as dt
-from . import interop
-from . import library
+from . import interop, library, transfer
 from . import runtime as rt
-from . import transfer
-from .array import DeviceArray, _Buffer, cast_entry, from_host
-from .operands import (DEVICE, HOST, SCALAR, Operand, aligned_shape, broadcast_shape, broadcast_strides,
-                       classify, collapse, kernel_dtype, result_dtype, scalar_bits, scalar_value)
+from .array import Buffer, DeviceArray, cast_entry, from_host
+from .operands import (
+    DEVICE,
+    HOST,
+    SCALAR,
+    Operand,
+    aligned_shape,
+    broadcast_shape,
+    broadcast_strides,
+    classify,
+    collapse,
+    kernel_dtype,
+    result_dtype,
+    scalar_bits,
+    scalar_value,
+)
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -50,7 +61,7 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
         raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
     operands = [classify(a, op.name, n, stream) for a, n in zip(args, names)]
     first = operands[0].info
-    if all(o.info is first for o in operands):
+    if first is not None and all(o.info is first for o in operands):
         result = first.np
     else:
         result = result_dtype(operands, op.name)
@@ -223,7 +234,7 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
                 raise TypeError(f"no cast from {i.info.name} to {kd.name} in the library (op to_{kd.name}); "
                                 "add it to a spec and rebuild")
             m = math.prod(i.shape)
-            tmp = _Buffer(m * kd.itemsize, stream)
+            tmp = Buffer(m * kd.itemsize, stream)
             keep.append(tmp)
             if m:
                 library.launch(entry, (tmp.ptr, i.ptr, m), stream)
@@ -245,7 +256,7 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
         if i.shape == out_shape and i.strides is None:
             ptrs.append(i.ptr)
         elif i.value is not None:
-            buf = _Buffer(n * kd.itemsize, stream)
+            buf = Buffer(n * kd.itemsize, stream)
             keep.append(buf)
             fill(buf.ptr, n, kd, scalar_bits(i.value, kd), stream)
             ptrs.append(buf.ptr)
@@ -264,7 +275,7 @@ def fill(ptr: int, n: int, info: dt.DType, bits: int, stream) -> None:
 def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:
     """A scalar operand as a one-element device buffer of the kernel dtype."""
     v = scalar_value(o, kd, "")
-    buf = _Buffer(kd.itemsize, stream)
+    buf = Buffer(kd.itemsize, stream)
     keep.append(buf)
     fill(buf.ptr, 1, kd, scalar_bits(v, kd), stream)
     return DevIn(buf.ptr, (), None, kd, v)

@@ -104,8 +104,10 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     try:
         info = dt.lookup(typestr)
     except (KeyError, TypeError):
-        hint = (" (bfloat16 cannot travel through the CUDA Array Interface: pass it through DLPack, "
-                "e.g. the tensor itself from torch, which pyew reads with __dlpack__)" if typestr.endswith("V2") else "")
+        hint = ""
+        if typestr.endswith("V2"):
+            hint = (" (bfloat16 cannot travel through the CUDA Array Interface: pass it through DLPack, "
+                    "e.g. the tensor itself from torch, which pyew reads with __dlpack__)")
         try:
             shown = f"{np.dtype(typestr).name} ({typestr})"
         except TypeError:

@@ -29,7 +29,7 @@ def requirements(groups) -> list[str]:
 
 def satisfied(req: str) -> bool:
     try:
-        from pip._vendor.packaging.requirements import Requirement    # pip is in every venv
+        from pip._vendor.packaging.requirements import Requirement  # pip is in every venv
     except ImportError:
         Requirement = None
     if Requirement is None:

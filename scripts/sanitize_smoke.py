@@ -38,7 +38,8 @@ for op in pyew.library.get().manifest.ops:
                 fn(*arrays, out=out, **params)
                 count += 1
         if len(op.inputs) == 2 and dt.kind == "float":
-            for sa, sb in (((33, 17), (17,)), ((5, 7, 9), (7, 1)), ((31,), ()), ((6, 1), (1, 5)), ((2, 3, 4, 5), (3, 1, 5))):
+            for sa, sb in (((33, 17), (17,)), ((5, 7, 9), (7, 1)), ((31,), ()), ((6, 1), (1, 5)),
+                           ((2, 3, 4, 5), (3, 1, 5))):
                 a = pyew.asarray(data(dt, int(np.prod(sa))).reshape(sa))
                 b = pyew.asarray(data(dt, int(np.prod(sb))).reshape(sb)) if sb else 1.5
                 fn(a, b, **params)

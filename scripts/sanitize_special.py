@@ -33,7 +33,8 @@ for dtype in ("float32", "float64", "float16", "bfloat16"):
             dst = view(np.zeros(n, npd), off)                 # ends exactly at its buffer's end
             idx = rng.integers(-n, n, 3 * n)
             idx[:2] = (0, n - 1)
-            pyew.scatter_add(dst, pyew.asarray(idx.astype(np.int32)), pyew.asarray(rng.standard_normal(3 * n).astype(npd)))
+            pyew.scatter_add(dst, pyew.asarray(idx.astype(np.int32)),
+                             pyew.asarray(rng.standard_normal(3 * n).astype(npd)))
             pyew.scatter_add(dst, idx, rng.standard_normal(3 * n).astype(npd))
             count += 7
     for shape, kw in (((2, 3, 5, 7), {}), ((1, 2, 4, 8), {}), ((2, 1, 3, 5), {"scale": 3}),

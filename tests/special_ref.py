@@ -3,10 +3,7 @@
 arithmetic exactly (float32 index math, the accumulation type and order), so tests compare bits."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
-import pytest
 
 import pyew
 from pyew import dtypes as dt
@@ -49,7 +46,8 @@ def bits_of(a) -> np.ndarray:
 
 def assert_same_bits(got, want, what=""):
     got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype} {got.shape} vs {want.dtype} {want.shape}"
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        f"{what}: {got.dtype} {got.shape} vs {want.dtype} {want.shape}"
     gn, wn = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
     bad = np.flatnonzero((gn != wn).reshape(-1) | ((bits_of(got) != bits_of(want)) & ~wn).reshape(-1))
     assert bad.size == 0, (f"{what}: {bad.size} elements differ, first at flat {bad[0]}: got "

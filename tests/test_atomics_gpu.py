@@ -232,7 +232,8 @@ def test_scatter_bad_index_leaves_dst_untouched(dtype, rng):
             index[4321] = bad_value
             src = random_array(rng, 5000, dtype)
             d = pyew.asarray(init)
-            with pytest.raises(IndexError, match=rf"index\[4321\] = {bad_value} is out of bounds for dst of length 100"):
+            with pytest.raises(IndexError,
+                               match=rf"index\[4321\] = {bad_value} is out of bounds for dst of length 100"):
                 pyew.scatter_add(d, pyew.asarray(index), pyew.asarray(src))     # checked by the kernel
             np.testing.assert_array_equal(bits_of(d.get()), bits_of(init))
             host = init.copy()

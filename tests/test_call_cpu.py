@@ -9,7 +9,7 @@ import pytest
 
 import pyew
 from pyew import dtypes as dt
-from pyew.operands import Operand, SCALAR, HOST, collapse, broadcast_strides, kernel_dtype, result_dtype
+from pyew.operands import HOST, SCALAR, Operand, broadcast_strides, collapse, kernel_dtype, result_dtype
 
 from .fake_kernels import install_all
 from .helpers import manifest_ops
@@ -158,3 +158,11 @@ def test_mixed_dtypes_are_converted_on_the_gpu(fakes, rng):
     np.testing.assert_array_equal(got, x.astype(np.float32) + y)
     i = np.arange(1000, dtype=np.int32)
     np.testing.assert_array_equal(pyew.add(i, y), i + y)          # float64, as numpy
+
+
+@needs_lib
+def test_scalar_only_calls(fakes):
+    r = pyew.add(2.0, 3)
+    assert r.shape == () and r.dtype == np.float64 and float(r) == 5.0
+    r = pyew.mul(np.float16(2), 3)
+    assert r.dtype == np.float16 and float(r) == 6.0

@@ -39,7 +39,8 @@ def test_one_cu_per_op_dtype_and_manifest(tmp_path):
     elu = next(o for o in man["ops"] if o["name"] == "elu")
     assert elu["params"] == [{"name": "alpha", "type": "float", "default": 1.0}]
     header = (tmp_path / "ew.h").read_text()
-    assert "EW_API int ew_elu_bf16(void* out, const void* x, int64_t n, double alpha, void* stream, int sms, int threads_per_sm);" in header
+    assert ("EW_API int ew_elu_bf16(void* out, const void* x, int64_t n, double alpha, void* stream, int sms, "
+            "int threads_per_sm);") in header
 
 
 def test_header_compiles_as_c(tmp_path):
@@ -87,6 +88,7 @@ def test_bad_spec_writes_nothing(tmp_path):
 
 def test_render_error_shows_template():
     import pytest
+
     from generator import render
     with pytest.raises(render.GeneratorError, match=r"rendering fn.cuh.mako failed:(.|\n)*NameError"):
         render.render("fn.cuh.mako")   # strict_undefined: a missing name is an error, not ''
@@ -212,7 +214,8 @@ def test_spec_list_argument_splits_like_shell_words(tmp_path):
 
 def test_overlong_name_fails_before_anything_is_written(tmp_path):
     bad = tmp_path / "long.toml"
-    bad.write_text(f'[[op]]\nname = "{"a" * 300}"\ninputs = ["x"]\ndtypes = ["float"]\nexpr = "x"\nref = "x"\ndoc = "d"\n')
+    bad.write_text(f'[[op]]\nname = "{"a" * 300}"\ninputs = ["x"]\ndtypes = ["float"]\nexpr = "x"\nref = "x"\n'
+                   'doc = "d"\n')
     r = run_gen(tmp_path / "out", ROOT / "libew/ops.toml", bad)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "long.toml: [[op]] #1: field 'name': op name 'aaaa" in r.stderr and "at most 64" in r.stderr

@@ -23,7 +23,8 @@ def make(*args, env=None, **kw):
     for var in ("CUDA_HOME", "NVCC", "SPEC", "BUILD", "ARCH", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
         if var not in (env or {}):
             e.pop(var, None)
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, env=e, **kw)
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, env=e,
+                          **kw)
 
 
 def test_missing_nvcc_says_what_to_install(tmp_path):

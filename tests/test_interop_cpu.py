@@ -7,7 +7,8 @@ import gc
 import numpy as np
 import pytest
 
-from pyew import dlpack, dtypes as dt, interop
+from pyew import dlpack, interop
+from pyew import dtypes as dt
 
 from .fake_cuda import install
 

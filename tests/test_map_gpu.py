@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import pyew
-from pyew import dtypes as dt
 
 from .helpers import map_kernels, params_of, poison, random_array
 from .reference import assert_matches, evaluate

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import pyew
+
 pytest.importorskip("mako", reason="mako (the generator's template engine) is not installed")
 
 from generator.render import generate
@@ -178,7 +179,8 @@ def f32(*shape):
 
 BAD_CALLS = [
     # relu_mask / add_relu_mask
-    (lambda: pyew.relu_mask(np.zeros(5, np.uint32)), TypeError, "runs in float64, but the library has no cast from uint32"),
+    (lambda: pyew.relu_mask(np.zeros(5, np.uint32)), TypeError,
+     "runs in float64, but the library has no cast from uint32"),
     (lambda: pyew.relu_mask(fake((5,), "uint32")), TypeError, "no cast from uint32"),
     (lambda: pyew.relu_mask(np.zeros(5, np.complex64)), TypeError, "complex64, which pyew does not support"),
     (lambda: pyew.relu_mask(f32(5), f32(5)), TypeError, r"takes 1 input\(s\) \(x\), got 2"),
@@ -208,7 +210,8 @@ BAD_CALLS = [
     (lambda: pyew.upsample_nearest2d(f32(1, 1, 2, 2), output_size=(4,)), TypeError, r"pair \(H, W\)"),
     (lambda: pyew.upsample_nearest2d(f32(1, 1, 2, 2), output_size=(4, 0)), ValueError, "must be positive"),
     (lambda: pyew.upsample_nearest2d(f32(1, 1, 0, 2)), ValueError, "height and width must be positive"),
-    (lambda: pyew.upsample_nearest2d(f32(1, 1, 2, 2), out=f32(1, 1, 4, 5)), ValueError, r"out is float32 \(1, 1, 4, 5\)"),
+    (lambda: pyew.upsample_nearest2d(f32(1, 1, 2, 2), out=f32(1, 1, 4, 5)), ValueError,
+     r"out is float32 \(1, 1, 4, 5\)"),
     (lambda: pyew.upsample_nearest2d_backward(f32(1, 1, 3, 4)), ValueError, "not multiples of scale 2"),
     (lambda: pyew.upsample_nearest2d_backward(f32(1, 1, 3, 4), 2, input_size=(1, 2)), ValueError, "not both"),
     (lambda: pyew.upsample_nearest2d_backward(f32(1, 1, 4, 4), input_size=(2, -1)), ValueError, "must be positive"),

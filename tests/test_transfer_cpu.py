@@ -81,7 +81,8 @@ def test_stream_call_broadcasts_in_blocks(fake, xs, ys):
     shape = np.broadcast_shapes(xs, ys)
     out = np.full(shape, np.nan, np.float32)
     nd = len(shape)
-    ops = [transfer.HostOperand(x, (1,) * (nd - x.ndim) + x.shape), transfer.HostOperand(y, (1,) * (nd - y.ndim) + y.shape)]
+    ops = [transfer.HostOperand(x, (1,) * (nd - x.ndim) + x.shape),
+           transfer.HostOperand(y, (1,) * (nd - y.ndim) + y.shape)]
     transfer.stream_call(ops, [out], shape, _add_kernel, S)
     assert np.array_equal(out, x + y)
     assert fake.device_bytes() == 0, "device scratch is returned after the call"

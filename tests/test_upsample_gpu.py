@@ -10,8 +10,7 @@ import pytest
 import pyew
 
 from .helpers import poison, random_array
-from .special_ref import (assert_same_bits, nearest_src,
-                          upsample_backward_ref, upsample_ref, view_at)
+from .special_ref import assert_same_bits, nearest_src, upsample_backward_ref, upsample_ref, view_at
 
 pytestmark = pytest.mark.gpu
 FLOATS = ["float32", "float64", "float16", "bfloat16"]

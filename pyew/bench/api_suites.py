@@ -32,7 +32,7 @@ OVERHEAD_CALLS = (10000, 5)             # calls per repeat, repeats
 OVERHEAD_QUICK = (2000, 3)
 
 
-def _have(run, suite: str, *names) -> bool:
+def have_ops(run, suite: str, *names) -> bool:
     try:
         table = kinds.table()
     except PyewError as e:
@@ -64,7 +64,7 @@ def _shape_label(shape) -> str:
     return "x".join(map(str, shape))
 
 
-def _timed(run, suite, name, dtype, shape, impl, calls, extra=None):
+def timed(run, suite, name, dtype, shape, impl, calls, extra=None):
     """Events around Python calls; bytes from the first call's inputs and result."""
     if run.out_of_time():
         return None
@@ -100,7 +100,7 @@ def _torch(run, name):
 
 def suite_upsample(run) -> None:
     import pyew
-    if not _have(run, "upsample", "upsample_nearest2d", "upsample_nearest2d_backward"):
+    if not have_ops(run, "upsample", "upsample_nearest2d", "upsample_nearest2d_backward"):
         return
     peer, tf = _torch(run, "upsample_nearest2d")
     _, tb = _torch(run, "upsample_nearest2d_backward")
@@ -123,13 +123,13 @@ def suite_upsample(run) -> None:
             dys = [random_device(run.rng, dtype, (N, C, 2 * H, 2 * W)) for _ in range(k)]
             fwd = [functools.partial(pyew.upsample_nearest2d, x, scale=2) for x in xs]
             bwd = [functools.partial(pyew.upsample_nearest2d_backward, dy, scale=2) for dy in dys]
-            _timed(run, "upsample", "forward", dtype, shape, "pyew", fwd)
-            _timed(run, "upsample", "backward", dtype, shape, "pyew", bwd)
+            timed(run, "upsample", "forward", dtype, shape, "pyew", fwd)
+            timed(run, "upsample", "backward", dtype, shape, "pyew", bwd)
             if tf is not None:
-                _timed(run, "upsample", "forward", dtype, shape, "torch",
+                timed(run, "upsample", "forward", dtype, shape, "torch",
                        [functools.partial(tf, peer.wrap(x)) for x in xs])
             if tb is not None:
-                _timed(run, "upsample", "backward", dtype, shape, "torch",
+                timed(run, "upsample", "backward", dtype, shape, "torch",
                        [functools.partial(tb, peer.wrap(dy)) for dy in dys])
             del xs, dys, fwd, bwd
             rt.synchronize()
@@ -139,7 +139,7 @@ def suite_upsample(run) -> None:
 
 def suite_relu_mask(run) -> None:
     import pyew
-    if not _have(run, "relu_mask", "relu_mask", "relu_mask_backward"):
+    if not have_ops(run, "relu_mask", "relu_mask", "relu_mask_backward"):
         return
     peer, tbw = _torch(run, "threshold_backward")
     dtypes = _api_dtypes(run, "relu_mask_backward")
@@ -161,11 +161,11 @@ def suite_relu_mask(run) -> None:
             except Exception as e:
                 run.failed(f"relu_mask: pyew.relu_mask({dtype} {_shape_label(shape)})", e)
                 return
-            _timed(run, "relu_mask", "backward", dtype, shape, "pyew",
+            timed(run, "relu_mask", "backward", dtype, shape, "pyew",
                    [functools.partial(pyew.relu_mask_backward, dy, m) for dy, m in zip(dys, masks)])
             if tbw is not None:
                 ys = [peer.mod.relu(peer.wrap(x)) for x in xs]    # torch saves y = relu(x) for backward
-                _timed(run, "relu_mask", "backward", dtype, shape, "torch",
+                timed(run, "relu_mask", "backward", dtype, shape, "torch",
                        [functools.partial(tbw, peer.wrap(dy), y) for dy, y in zip(dys, ys)])
                 del ys
             del xs, dys, masks
@@ -182,7 +182,7 @@ def _dot_methods(run, dtype: str) -> tuple:
 
 def suite_dot(run) -> None:
     import pyew
-    if not _have(run, "dot", "dot"):
+    if not have_ops(run, "dot", "dot"):
         return
     peer, tdot = _torch(run, "dot")
     n = min(DOT_N, max(run.args.sizes))
@@ -200,10 +200,10 @@ def suite_dot(run) -> None:
     a = [random_device(run.rng, dtype, n) for _ in range(k)]
     b = [random_device(run.rng, dtype, n) for _ in range(k)]
     for method in methods:
-        _timed(run, "dot", method, dtype, (n,), "pyew",
+        timed(run, "dot", method, dtype, (n,), "pyew",
                [functools.partial(pyew.dot, x, y, method=method) for x, y in zip(a, b)])
     if tdot is not None:
-        _timed(run, "dot", "torch.dot", dtype, (n,), "torch",
+        timed(run, "dot", "torch.dot", dtype, (n,), "torch",
                [functools.partial(tdot, peer.wrap(x), peer.wrap(y)) for x, y in zip(a, b)])
     del a, b
     rt.synchronize()

@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--suites", type=parse_suites, default=list(SUITES),
                     help=f"comma-separated subset of: {', '.join(SUITES)} (default: all)")
     ap.add_argument("--repeat", type=int, default=None,
-                    help=f"timed calls per measurement, median reported (default {DEFAULT_REPEAT}; --quick {QUICK_REPEAT})")
+                    help=f"timed calls per measurement, median reported (default {DEFAULT_REPEAT}; "
+                         f"--quick {QUICK_REPEAT})")
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats: a smoke run of every suite")
     ap.add_argument("--out", type=Path, default=Path("bench-out"),
                     help="folder for bench.json, bench.md and bench.png (default: bench-out)")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
 from .. import runtime as rt
-from .api_suites import _have, _timed
+from .api_suites import have_ops, timed
 from .data import random_device
 from .warm import warm_up
 
@@ -33,7 +31,7 @@ def _dtypes(run):
 
 def suite_layouts(run) -> None:
     import pyew
-    if not _have(run, "layouts", *BIAS_OPS, *VIEW_OPS):
+    if not have_ops(run, "layouts", *BIAS_OPS, *VIEW_OPS):
         return
     peer = run.peers.get("torch")
     dtypes = _dtypes(run)
@@ -53,11 +51,11 @@ def suite_layouts(run) -> None:
             counted = 2 * x.nbytes                      # the big input and the output
             for name in BIAS_OPS:
                 fn = getattr(pyew, name)
-                _timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b)],
+                timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b)],
                        extra={"counted_bytes": counted})
                 if peer is not None:
                     tf = _torch_fn(peer.mod, name)
-                    _timed(run, "layouts", f"{name} {label}", dtype, xs, "torch",
+                    timed(run, "layouts", f"{name} {label}", dtype, xs, "torch",
                            [functools.partial(tf, peer.wrap(x), peer.wrap(b))], extra={"counted_bytes": counted})
             del x, b
             rt.synchronize()
@@ -72,12 +70,12 @@ def suite_layouts(run) -> None:
                     return
                 view = base[off:off + VIEW_N]
                 args = (view, other[:VIEW_N]) if name == "add" else (view,)
-                _timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "pyew",
+                timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "pyew",
                        [functools.partial(fn, *args)], extra={"op": name, "offset": off})
                 if peer is not None:
                     tv = tbase[off:off + VIEW_N]
                     targs = (tv, tother[:VIEW_N]) if name == "add" else (tv,)
-                    _timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "torch",
+                    timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "torch",
                            [functools.partial(_torch_fn(peer.mod, name), *targs)], extra={"op": name, "offset": off})
         del base, other, tbase, tother
         rt.synchronize()

@@ -194,7 +194,8 @@ def run_cases(run, cases, sizes, impls=IMPLS, sustained_n=None) -> None:
     for dtype, group in by_dtype.items():
         todo = [(c, n, i) for c in group for n in sizes for i in impls
                 if not run.has("map", c.op, c.dtype, n, i)]
-        sus = [c for c in group if sustained_n in sizes and not run.has("sustained", c.op, c.dtype, sustained_n, "pyew")]
+        sus = [c for c in group
+               if sustained_n in sizes and not run.has("sustained", c.op, c.dtype, sustained_n, "pyew")]
         if (not todo and not sus) or run.out_of_time():
             continue
         max_n = max(sizes)

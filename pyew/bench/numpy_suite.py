@@ -19,6 +19,7 @@ Transfer limits changed for a measurement are put back right after it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes as dt
-from .. import kinds, library
+from .. import kinds, library, transfer
 from .. import runtime as rt
-from .. import transfer
 from ..errors import PyewError
 from . import report_host
 from .cpu_peers import numexpr_fn, numpy_ref, scipy_erf
@@ -280,7 +280,8 @@ def _measure_case(run, nc: NumpyCase, n, ins, reps, cpu_max, check: bool) -> Non
         extra = {"out_dtype": c.out_dtype, "arity": nc.arity, "default": nc.default}
         if impl == "pyew" and floor_ms:
             extra.update(floor_ms=floor_ms, floor_kind=floor_kind)
-        row = _wall(run, "numpy", c.op, c.dtype, n, impl, lambda: fn(*ins), in_bytes + out_bytes, reps,
+        row = _wall(run, "numpy", c.op, c.dtype, n, impl, lambda fn=fn, ins=ins: fn(*ins), in_bytes + out_bytes,
+                    reps,
                     warmup=warmup, **extra)
         if row is not None and impl == "pyew" and floor_ms:
             row["floor_ratio"] = row["ms"] / floor_ms
@@ -471,7 +472,7 @@ def transfer_modes(run, table) -> None:
             for mode in ("stage", "register"):
                 old = transfer.set_transfer_limits(mode=mode)
                 try:
-                    _wall(run, "transfer", op, dtype, n, mode, lambda: f(*ins), nbytes, reps, warmup=1)
+                    _wall(run, "transfer", op, dtype, n, mode, lambda f=f, ins=ins: f(*ins), nbytes, reps, warmup=1)
                 finally:
                     transfer.set_transfer_limits(**old)
 
@@ -525,9 +526,10 @@ def raw_costs(run) -> None:
             if run.out_of_time():
                 break
             with ThreadPoolExecutor(threads) as pool:
-                for name, fn in (("np.copyto pageable -> pinned", lambda: _threaded_copy(pool, pv, a, threads)),
-                                 ("np.copyto pinned -> fresh np.empty",
-                                  lambda: _threaded_copy(pool, np.empty(nbytes, np.uint8), pv, threads))):
+                to_pinned = functools.partial(_threaded_copy, pool, pv, a, threads)
+                to_fresh = lambda pool=pool, k=threads: _threaded_copy(pool, np.empty(nbytes, np.uint8), pv, k)
+                for name, fn in (("np.copyto pageable -> pinned", to_pinned),
+                                 ("np.copyto pinned -> fresh np.empty", to_fresh)):
                     run.status(f"{name} {threads} threads")
                     try:
                         t = wall_stats(fn, RAW_REPS, warmup=1)

@@ -136,8 +136,6 @@ class Peer:
     def api(self, name: str):
         return None, f"{self.name} has no counterpart for {name}"
 
-    def from_host(self, x):
-        raise NotImplementedError
 
     def round_trip(self, fn):
         """fn on numpy inputs, numpy out: each input copied to the GPU, fn, the result copied back
@@ -174,8 +172,6 @@ class TorchPeer(Peer):
             return None, f"torch: no counterpart for {name}"
         return build(self.mod), ""
 
-    def from_host(self, x):
-        return self.mod.from_numpy(x).cuda()
 
     def to_numpy(self, r):
         t = self.mod
@@ -238,8 +234,6 @@ class CupyPeer(Peer):
             return self.mod.add, ""
         return None, f"CuPy: no counterpart for {name}"
 
-    def from_host(self, x):
-        return self.mod.asarray(x)
 
     def round_trip(self, fn):
         asarray = self.mod.asarray
@@ -288,6 +282,7 @@ def _load_numpy():
 
 def _load_numexpr():
     import numexpr
+
     from .cpu_peers import numexpr_threads
     peer = CpuPeer("numexpr", numexpr)
     peer.threads = numexpr_threads(numexpr)

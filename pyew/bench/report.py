@@ -52,11 +52,14 @@ def header(meta: dict, copy_gbps) -> str:
     dev = meta.get("device", {})
     lines = [f"# pyew benchmark: {dev.get('name', '?')}", ""]
     lines.append(f"- date: {meta.get('date', '?')}; command: `{meta.get('command', '?')}`")
-    lines.append(f"- device: {dev.get('name', '?')}, {dev.get('sms', '?')} SMs, L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB, "
+    lines.append(f"- device: {dev.get('name', '?')}, {dev.get('sms', '?')} SMs, "
+                 f"L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB, "
                  f"compute capability {'.'.join(map(str, dev.get('capability', []))) or '?'}")
-    lines.append(f"- library: {meta.get('library', '?')}; peers: {meta.get('peers', {}) or 'none'}; seed {meta.get('seed')}")
+    lines.append(f"- library: {meta.get('library', '?')}; peers: {meta.get('peers', {}) or 'none'}; "
+                 f"seed {meta.get('seed')}")
     if copy_gbps:
-        lines.append(f"- copy ceiling (device-to-device cudaMemcpyAsync, bytes read + written): **{copy_gbps:.0f} GB/s**")
+        lines.append("- copy ceiling (device-to-device cudaMemcpyAsync, bytes read + written): "
+                     f"**{copy_gbps:.0f} GB/s**")
     lines.append("- times are medians of CUDA-event-timed calls after warm-up (every kernel is called once on a "
                  "tiny array before timing starts); GB/s counts each input read once and each output written "
                  "once; \"Nx\" = the other's time / pyew's time")
@@ -79,8 +82,8 @@ def map_headline(v: _View) -> str:
                      f_gbps(g["torch"]), f_pct(v.pct(g["torch"])), f_gbps(g["cupy"]), f_pct(v.pct(g["cupy"])),
                      f_x(_ratio(ms["naive"], ms["pyew"])), f_x(_ratio(ms["torch"], ms["pyew"])),
                      f_x(_ratio(ms["cupy"], ms["pyew"]))])
-    head = ["op", "dtype", "tuning", "pyew GB/s", "pyew % copy", "naive GB/s", "torch GB/s", "torch % copy", "CuPy GB/s",
-            "CuPy % copy", "vs naive", "vs torch", "vs CuPy"]
+    head = ["op", "dtype", "tuning", "pyew GB/s", "pyew % copy", "naive GB/s", "torch GB/s", "torch % copy",
+            "CuPy GB/s", "CuPy % copy", "vs naive", "vs torch", "vs CuPy"]
     return f"## Map ops at {f_size(n)} elements\n\n" + table(head, rows)
 
 
@@ -117,7 +120,8 @@ def template(v: _View) -> str:
         out.append("## Naive vs template (OneFlow's comparison)\n\n" + table(
             ["kernel", "n", "naive GB/s (% copy)", "template GB/s (% copy)", "template speedup"], rows))
     rows = []
-    for op, dtype, label in (("to_float16", "float32", "float32 -> float16"), ("to_float32", "float16", "float16 -> float32")):
+    for op, dtype, label in (("to_float16", "float32", "float32 -> float16"),
+                             ("to_float32", "float16", "float16 -> float32")):
         k = ("map", op, dtype, n)
         p, t, c = (v.val(k + (i,), "ms") for i in ("pyew", "torch", "cupy"))
         if p is None and t is None:

@@ -136,7 +136,8 @@ def crossover_point(rows):
     """(elements, bytes moved) from which the streamed path is at least as fast as the one-shot
     path at every larger size measured, or None (one shot faster at the largest size, or no data)."""
     idx = _index(rows, "crossover")
-    sizes = sorted({k[2] for k in idx if (k[0], k[1], k[2], "one shot") in idx and (k[0], k[1], k[2], "streamed") in idx})
+    sizes = sorted({k[2] for k in idx
+                    if (k[0], k[1], k[2], "one shot") in idx and (k[0], k[1], k[2], "streamed") in idx})
     point = None
     for n in reversed(sizes):
         one = idx[("sigmoid", "float32", n, "one shot")]["us_per_call"]
@@ -220,7 +221,8 @@ def interop_section(rows) -> str:
                      "extra µs per foreign operand"], body))
     smoke = next((r for r in rows if r.get("suite") == "interop" and r.get("name") == "bfloat16 round trip"), None)
     if smoke:
-        text += f"\n\nbfloat16 round trip ({smoke.get('check')}): {'equal to torch.relu' if smoke.get('ok') else '**wrong**'}."
+        verdict = "equal to torch.relu" if smoke.get("ok") else "**wrong**"
+        text += f"\n\nbfloat16 round trip ({smoke.get('check')}): {verdict}."
     return text
 
 
@@ -285,18 +287,19 @@ def layouts_section(rows, copy_gbps) -> str:
         t = next((x for x in rs if x["name"] == r["name"] and x["dtype"] == r["dtype"] and x["impl"] == "torch"), None)
         g, tg = _layout_gbps(r), (_layout_gbps(t) if t else None)
         ratio = f"{t['ms'] / r['ms']:.2f}x" if t else "—"
-        out.append(f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | "
-                   f"{tg:.0f} | {pct(tg)} | {ratio} |" if tg else
-                   f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | — | — | — |")
+        theirs = f"{tg:.0f} | {pct(tg)} | {ratio}" if tg else "— | — | —"
+        out.append(f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | {theirs} |")
     views = [r for r in rs if "offset" in r and r["impl"] == "pyew"]
     if views:
-        out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is a new, "
-                "aligned array): the worst offset of 1..7 against the aligned run, and against torch on the same views.",
-                "", "| op | dtype | aligned GB/s | worst offset GB/s (k) | worst / aligned | min torch time / pyew time |",
+        out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is a "
+                "new, aligned array): the worst offset of 1..7 against the aligned run, and against torch on the "
+                "same views.", "",
+                "| op | dtype | aligned GB/s | worst offset GB/s (k) | worst / aligned | min torch time / pyew time |",
                 "|---|---|---|---|---|---|"]
         for (name, dtype) in dict.fromkeys((r["op"], r["dtype"]) for r in views):
             mine = {r["offset"]: r for r in views if r["op"] == name and r["dtype"] == dtype}
-            theirs = {r["offset"]: r for r in rs if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
+            theirs = {r["offset"]: r for r in rs
+                      if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
             if 0 not in mine:
                 continue
             a = _layout_gbps(mine[0])
@@ -326,7 +329,8 @@ def layout_targets(rows, copy_gbps):
         worst_pct, worst_vs = 1e9, 1e9
         for (name, dtype) in dict.fromkeys((r["op"], r["dtype"]) for r in views):
             mine = {r["offset"]: r for r in views if r["op"] == name and r["dtype"] == dtype}
-            theirs = {r["offset"]: r for r in rs if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
+            theirs = {r["offset"]: r for r in rs
+                      if r.get("op") == name and r["dtype"] == dtype and r["impl"] == "torch"}
             if 0 not in mine:
                 continue
             for k, r in mine.items():

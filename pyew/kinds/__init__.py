@@ -1,8 +1,8 @@
 """Op kinds and the op table: every op of the loaded library as a Python function.
 
-Each op kind has a module here (map, relu_mask, upsample, dot, scatter) that registers a binder:
-given one op of the manifest, it returns the Python function(s) for it. The functions validate
-their own arguments and run through pyew.call.
+Each op kind has a module here (map, relu_mask, mask_backward, upsample, dot, scatter) that
+registers a binder: given one op of the manifest, it returns the Python function(s) for it. The
+functions validate their own arguments and run through pyew.call.
 """
 from __future__ import annotations
 
@@ -71,4 +71,4 @@ def reset() -> None:
         fn()
 
 
-from . import dot, map, relu_mask, scatter, upsample  # noqa: E402,F401  (each registers its binder)
+from . import dot, map, mask_backward, relu_mask, scatter, upsample  # noqa: E402,F401  (each registers its binder)

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import call, library
 from .. import runtime as rt
-from ..array import DeviceArray, _Buffer, cast, lookup_dtype
+from ..array import Buffer, DeviceArray, cast, lookup_dtype
 from ..operands import DEVICE, result_dtype
 from . import OUT_STREAM, P, binder, make_function
 
@@ -50,7 +50,7 @@ class DotOp:
                 d = cast(d, info, s)
                 keep.append(d)
             ptrs.append(d.ptr)
-        work = _Buffer(8, s)     # the float32/float64 sum or the half accumulator pair; zeroed by the entry
+        work = Buffer(8, s)     # the float32/float64 sum or the half accumulator pair; zeroed by the entry
         keep.append(work)
         res = out if isinstance(out, DeviceArray) else DeviceArray._alloc((), info, s)
         res._buf.used_on(s)

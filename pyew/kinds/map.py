@@ -1,6 +1,8 @@
 """map ops: one C++ expression per element, with numpy broadcasting, promotion and out=."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import call, interop, library, transfer
@@ -58,7 +60,8 @@ class MapOp:
                     if entry is not None and 0 < a0.nbytes * (self.arity + 1) <= transfer.small_bytes():
                         res = np.empty(shape, entry[1].np)
                         s = rt.resolve_stream(stream)
-                        if transfer.one_shot(args, (res,), lambda d, o, st: self._launch(entry, o[0], d, a0.size, st), s):
+                        launch = functools.partial(self._launch_one_shot, entry, a0.size)
+                        if transfer.one_shot(args, (res,), launch, s):
                             return res
             elif t0 is not np.ndarray:
                 # GPU arrays of other libraries: imported without a copy, then the DeviceArray path
@@ -89,6 +92,9 @@ class MapOp:
             call.launch_elementwise(kernel, pvals, ins, outs[0], shapes[0], st)
 
         return call.run_elementwise(p, o, s, [(p.shape, out_info, o)], step)[0]
+
+    def _launch_one_shot(self, entry, n, in_ptrs, out_ptrs, s):
+        self._launch(entry, out_ptrs[0], in_ptrs, n, s)
 
     def _launch(self, entry, out_ptr, in_ptrs, n, s):
         fn, _, sym = entry

@@ -6,7 +6,7 @@ import numpy as np
 from .. import call, library
 from .. import dtypes as dt
 from .. import runtime as rt
-from ..array import DeviceArray, _Buffer, cast
+from ..array import Buffer, DeviceArray, cast
 from ..operands import DEVICE, HOST
 from . import P, binder, make_function
 
@@ -56,7 +56,7 @@ class ScatterAddOp:
         keep: list = []
         i_dev = call.on_device(io, s, keep)
         if io.kind == DEVICE:   # a GPU index: the check kernel, read back first
-            flag = _Buffer(8, s)
+            flag = Buffer(8, s)
             keep.append(flag)
             library.launch(call.kernel_for(self.op, info, f"check_{tok}"), (flag.ptr, i_dev.ptr, n, length), s)
             got = DeviceArray(flag, flag.ptr, (), dt.BY_NAME["int64"]).get(s).view(np.uint64)
