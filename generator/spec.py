@@ -6,6 +6,10 @@ ops of all files have been checked together (calls between ops, entry-point symb
 """
 from __future__ import annotations
 
+# names first: it must see pyew before anything else imports it (see generator/names.py)
+from . import names as nm
+
+# isort: split
 import functools
 import hashlib
 import math
@@ -19,9 +23,6 @@ from pyew import dtypes as dt
 
 from . import abi
 from . import expr as ex
-
-# names first: it must see pyew before anything else imports it (see generator/names.py)
-from . import names as nm  # noqa: I001
 from .kinds import KINDS, Kind
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pyew import transfer
+from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
 
@@ -135,7 +136,7 @@ def test_error_mid_stream_leaves_inputs_and_frees_scratch(fake):
     keep = x.copy()
     out = np.zeros(n, np.float32)
     fake.fail_after_copies = 10
-    with pytest.raises(Exception, match="cudaErrorFake"):
+    with pytest.raises(CudaError, match="cudaErrorFake"):
         transfer.stream_call([transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))], [out], (n,),
                              _add_kernel, S)
     assert np.array_equal(x, keep)

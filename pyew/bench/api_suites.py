@@ -127,10 +127,10 @@ def suite_upsample(run) -> None:
             timed(run, "upsample", "backward", dtype, shape, "pyew", bwd)
             if tf is not None:
                 timed(run, "upsample", "forward", dtype, shape, "torch",
-                       [functools.partial(tf, peer.wrap(x)) for x in xs])
+                      [functools.partial(tf, peer.wrap(x)) for x in xs])
             if tb is not None:
                 timed(run, "upsample", "backward", dtype, shape, "torch",
-                       [functools.partial(tb, peer.wrap(dy)) for dy in dys])
+                      [functools.partial(tb, peer.wrap(dy)) for dy in dys])
             del xs, dys, fwd, bwd
             rt.synchronize()
 
@@ -162,11 +162,11 @@ def suite_relu_mask(run) -> None:
                 run.failed(f"relu_mask: pyew.relu_mask({dtype} {_shape_label(shape)})", e)
                 return
             timed(run, "relu_mask", "backward", dtype, shape, "pyew",
-                   [functools.partial(pyew.relu_mask_backward, dy, m) for dy, m in zip(dys, masks)])
+                  [functools.partial(pyew.relu_mask_backward, dy, m) for dy, m in zip(dys, masks)])
             if tbw is not None:
                 ys = [peer.mod.relu(peer.wrap(x)) for x in xs]    # torch saves y = relu(x) for backward
                 timed(run, "relu_mask", "backward", dtype, shape, "torch",
-                       [functools.partial(tbw, peer.wrap(dy), y) for dy, y in zip(dys, ys)])
+                      [functools.partial(tbw, peer.wrap(dy), y) for dy, y in zip(dys, ys)])
                 del ys
             del xs, dys, masks
             rt.synchronize()
@@ -201,10 +201,10 @@ def suite_dot(run) -> None:
     b = [random_device(run.rng, dtype, n) for _ in range(k)]
     for method in methods:
         timed(run, "dot", method, dtype, (n,), "pyew",
-               [functools.partial(pyew.dot, x, y, method=method) for x, y in zip(a, b)])
+              [functools.partial(pyew.dot, x, y, method=method) for x, y in zip(a, b)])
     if tdot is not None:
         timed(run, "dot", "torch.dot", dtype, (n,), "torch",
-               [functools.partial(tdot, peer.wrap(x), peer.wrap(y)) for x, y in zip(a, b)])
+              [functools.partial(tdot, peer.wrap(x), peer.wrap(y)) for x, y in zip(a, b)])
     del a, b
     rt.synchronize()
 

@@ -52,11 +52,11 @@ def suite_layouts(run) -> None:
             for name in BIAS_OPS:
                 fn = getattr(pyew, name)
                 timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b)],
-                       extra={"counted_bytes": counted})
+                      extra={"counted_bytes": counted})
                 if peer is not None:
                     tf = _torch_fn(peer.mod, name)
                     timed(run, "layouts", f"{name} {label}", dtype, xs, "torch",
-                           [functools.partial(tf, peer.wrap(x), peer.wrap(b))], extra={"counted_bytes": counted})
+                          [functools.partial(tf, peer.wrap(x), peer.wrap(b))], extra={"counted_bytes": counted})
             del x, b
             rt.synchronize()
         base = random_device(run.rng, dtype, (VIEW_N + 8,))
@@ -71,11 +71,11 @@ def suite_layouts(run) -> None:
                 view = base[off:off + VIEW_N]
                 args = (view, other[:VIEW_N]) if name == "add" else (view,)
                 timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "pyew",
-                       [functools.partial(fn, *args)], extra={"op": name, "offset": off})
+                      [functools.partial(fn, *args)], extra={"op": name, "offset": off})
                 if peer is not None:
                     tv = tbase[off:off + VIEW_N]
                     targs = (tv, tother[:VIEW_N]) if name == "add" else (tv,)
                     timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "torch",
-                           [functools.partial(_torch_fn(peer.mod, name), *targs)], extra={"op": name, "offset": off})
+                          [functools.partial(_torch_fn(peer.mod, name), *targs)], extra={"op": name, "offset": off})
         del base, other, tbase, tother
         rt.synchronize()

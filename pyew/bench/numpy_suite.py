@@ -281,8 +281,7 @@ def _measure_case(run, nc: NumpyCase, n, ins, reps, cpu_max, check: bool) -> Non
         if impl == "pyew" and floor_ms:
             extra.update(floor_ms=floor_ms, floor_kind=floor_kind)
         row = _wall(run, "numpy", c.op, c.dtype, n, impl, lambda fn=fn, ins=ins: fn(*ins), in_bytes + out_bytes,
-                    reps,
-                    warmup=warmup, **extra)
+                    reps, warmup=warmup, **extra)
         if row is not None and impl == "pyew" and floor_ms:
             row["floor_ratio"] = row["ms"] / floor_ms
     if check:

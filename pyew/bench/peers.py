@@ -136,7 +136,6 @@ class Peer:
     def api(self, name: str):
         return None, f"{self.name} has no counterpart for {name}"
 
-
     def round_trip(self, fn):
         """fn on numpy inputs, numpy out: each input copied to the GPU, fn, the result copied back
         into a new numpy array (what a user of this library writes for numpy data)."""
@@ -171,7 +170,6 @@ class TorchPeer(Peer):
         if build is None:
             return None, f"torch: no counterpart for {name}"
         return build(self.mod), ""
-
 
     def to_numpy(self, r):
         t = self.mod
@@ -233,7 +231,6 @@ class CupyPeer(Peer):
         if name == "add":
             return self.mod.add, ""
         return None, f"CuPy: no counterpart for {name}"
-
 
     def round_trip(self, fn):
         asarray = self.mod.asarray
