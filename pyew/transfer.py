@@ -36,7 +36,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import runtime as rt
-from .errors import PyewError
 
 _MiB = 1 << 20
 _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte aligned
@@ -271,10 +270,6 @@ def block_of(op_shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[slice
     return tuple(slice(0, 1) if n == 1 else sl for n, sl in zip(op_shape, block))
 
 
-def block_shape(shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[int, ...]:
-    return tuple(len(range(*sl.indices(n))) for n, sl in zip(shape, block))
-
-
 def _round(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -284,6 +279,16 @@ def _round(n: int) -> int:
 def to_device(host: np.ndarray, dptr: int, stream) -> None:
     """Queue a copy of host (any layout) into the C-ordered device buffer at dptr; work queued later
     on `stream` sees the data. Returns once `host` may change again."""
+    _one_way(host, dptr, stream, up=True)
+
+
+def to_host(dptr: int, host: np.ndarray, stream) -> None:
+    """Copy the C-ordered device buffer at dptr into host (C-contiguous or not), after the work
+    queued on `stream` so far; returns when host holds the data."""
+    _one_way(host, dptr, stream, up=False)
+
+
+def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     nbytes = host.nbytes
     if nbytes == 0:
         return
@@ -291,28 +296,43 @@ def to_device(host: np.ndarray, dptr: int, stream) -> None:
         with _small_lock:
             buf = _small_buffer()
             if nbytes <= buf.nbytes:
-                _copy(buf.array(0, host.dtype, host.shape), host)
-                rt.copy_htod(dptr, buf.ptr, nbytes, stream.cu)
-                _small_read_by(stream)
+                staged = buf.array(0, host.dtype, host.shape)
+                if up:
+                    _copy(staged, host)
+                    rt.copy_htod(dptr, buf.ptr, nbytes, stream.cu)
+                    _small_read_by(stream)
+                else:
+                    rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
+                    rt.stream_synchronize(stream.cu)
+                    _copy(host, staged)
                 return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
     with _engine_lock:
         if _limits.mode == "register" and flat is not None:
-            _registered(host, lambda: rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu), stream)
+            if up:
+                _registered(host, lambda: rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu), stream)
+            else:
+                _registered(host, lambda: rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu), stream)
             return
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
         def work(lane: _Lane, block):
             part = host[block] if flat is None else flat[block[0]]
             off = _block_offset(host.shape, block) if flat is None else block[0].start
-            n = part.size
-            np.copyto(lane.slot.array(0, host.dtype, part.shape), part)
-            rt.copy_htod(dptr + off * host.dtype.itemsize, lane.slot.ptr, n * host.dtype.itemsize, lane.stream)
+            staged = lane.slot.array(0, host.dtype, part.shape)
+            dev = dptr + off * host.dtype.itemsize
+            if up:
+                np.copyto(staged, part)
+                rt.copy_htod(dev, lane.slot.ptr, part.nbytes, lane.stream)
+            else:
+                rt.copy_dtoh(lane.slot.ptr, dev, part.nbytes, lane.stream)
             lane.event.record(lane.stream)
-            lane.event.synchronize()           # the slot is refilled by this worker's next block
+            lane.event.synchronize()           # the slot is this worker's again for its next block
+            if not up:
+                np.copyto(part, staged)
 
         shape = (host.size,) if flat is not None else host.shape
-        _run_workers(list(chunks(shape, per)), work, stream, join=True)
+        _run_workers(list(chunks(shape, per)), work, stream, join=up)
 
 
 def _small_read_by(stream) -> None:
@@ -325,39 +345,6 @@ def _small_read_by(stream) -> None:
 
 
 _small_event: rt.Event | None = None
-
-
-def to_host(dptr: int, host: np.ndarray, stream) -> None:
-    """Copy the C-ordered device buffer at dptr into host (C-contiguous or not), after the work
-    queued on `stream` so far; returns when host holds the data."""
-    nbytes = host.nbytes
-    if nbytes == 0:
-        return
-    if nbytes <= _limits.small_bytes:
-        with _small_lock:
-            buf = _small_buffer()
-            if nbytes <= buf.nbytes:
-                rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
-                rt.stream_synchronize(stream.cu)
-                _copy(host, buf.array(0, host.dtype, host.shape))
-                return
-    flat = host.reshape(-1) if host.flags.c_contiguous else None
-    with _engine_lock:
-        if _limits.mode == "register" and flat is not None:
-            _registered(host, lambda: rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu), stream)
-            return
-        per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
-
-        def work(lane: _Lane, block):
-            part = host[block] if flat is None else flat[block[0]]
-            off = _block_offset(host.shape, block) if flat is None else block[0].start
-            rt.copy_dtoh(lane.slot.ptr, dptr + off * host.dtype.itemsize, part.nbytes, lane.stream)
-            lane.event.record(lane.stream)
-            lane.event.synchronize()
-            np.copyto(part, lane.slot.array(0, host.dtype, part.shape))
-
-        shape = (host.size,) if flat is not None else host.shape
-        _run_workers(list(chunks(shape, per)), work, stream, join=False)
 
 
 def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
@@ -457,7 +444,7 @@ def _join(futures, lanes, cancel) -> None:
 @dataclass(frozen=True)
 class DeviceChunk:
     """What a streamed call's kernel step gets for one block: device pointers of each host input's
-    block (C-ordered, block_shape of its operand shape), of the output block, the block's shapes,
+    block (C-ordered, of the block's extent in its operand's shape), of the output block, their shapes,
     and the lane's stream."""
     inputs: tuple[int, ...]
     input_shapes: tuple[tuple[int, ...], ...]
@@ -756,7 +743,3 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
                 rt.host_unregister(a.ctypes.data)
             except Exception:
                 pass
-
-
-class TransferError(PyewError):
-    """A host array cannot take part in a transfer (reserved for layout problems)."""
