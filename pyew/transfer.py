@@ -24,6 +24,7 @@ waits for it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import math
 import os
@@ -518,22 +519,30 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
                                            scratch_per_elem)
-        scratch = {}
         lanes = _ensure_lanes(k)
-        try:
-            for lane in lanes:
-                scratch[id(lane)] = rt.malloc(dev_bytes, _LaneStream(lane.stream)) if dev_bytes else 0
+        with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):
                 _stream_block(lane, block, scratch[id(lane)], inputs, outputs, shape, space, flat, kernel,
                               out_scale, in_scale)
 
             _run_workers(blocks, work, stream, join=False)
-        finally:
-            for lane in lanes:
-                ptr = scratch.get(id(lane))
-                if ptr:
-                    rt.free(ptr, _LaneStream(lane.stream))
+
+
+@contextlib.contextmanager
+def _lane_scratch(lanes, nbytes: int):
+    """Device scratch of nbytes per lane (id(lane) -> pointer), from the pool on the lane's stream,
+    returned when the block ends, also on an error."""
+    scratch = {}
+    try:
+        for lane in lanes:
+            scratch[id(lane)] = rt.malloc(nbytes, _LaneStream(lane.stream)) if nbytes else 0
+        yield scratch
+    finally:
+        for lane in lanes:
+            ptr = scratch.get(id(lane))
+            if ptr:
+                rt.free(ptr, _LaneStream(lane.stream))
 
 
 def _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale):
@@ -699,44 +708,27 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
         lanes = _ensure_lanes(k)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, (n,), (n,), per, True, out_scale, in_scale,
                                            scratch_per_elem)
-        scratch = {}
-        try:
-            for lane in lanes:
-                scratch[id(lane)] = rt.malloc(dev_bytes, _LaneStream(lane.stream))
+        with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane, block):
-                sl = block[0]
                 s = lane.stream
-                dbase = scratch[id(lane)]
+                ins, outs = _views(inputs, outputs, (n,), (n,), True, block, out_scale, in_scale)
+                ptrs = []
                 doff = 0
-                dptrs, dshapes = [], []
-                for op, sc in zip(inputs, in_scale):
-                    f = op.array.reshape(-1)
-                    v = f[sl.start // sc: -(-sl.stop // sc)] if sc != 1 else f[sl]
-                    rt.copy_htod(dbase + doff, v.ctypes.data, v.nbytes, s)
-                    dptrs.append(dbase + doff)
-                    dshapes.append(tuple(v.shape))
+                for v in ins + outs:
+                    ptrs.append(scratch[id(lane)] + doff)
                     doff += _round(v.nbytes)
-                optrs, oshapes, views = [], [], []
-                for o, sc in zip(outputs, out_scale):
-                    f = o.reshape(-1)
-                    v = f[sl.start // sc: -(-sl.stop // sc)] if sc != 1 else f[sl]
-                    optrs.append(dbase + doff)
-                    oshapes.append(tuple(v.shape))
-                    views.append((v, dbase + doff))
-                    doff += _round(v.nbytes)
-                kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), _LaneStream(s)))
-                for v, dp in views:
+                for v, dp in zip(ins, ptrs):
+                    rt.copy_htod(dp, v.ctypes.data, v.nbytes, s)
+                optrs = ptrs[len(ins):]
+                kernel(DeviceChunk(tuple(ptrs[:len(ins)]), tuple(tuple(v.shape) for v in ins), tuple(optrs),
+                                   tuple(tuple(v.shape) for v in outs), _LaneStream(s)))
+                for v, dp in zip(outs, optrs):
                     rt.copy_dtoh(v.ctypes.data, dp, v.nbytes, s)
                 lane.event.record(s)
                 lane.event.synchronize()
 
             _run_workers(blocks, work, stream, join=False)
-        finally:
-            for lane in lanes:
-                ptr = scratch.get(id(lane))
-                if ptr:
-                    rt.free(ptr, _LaneStream(lane.stream))
     finally:
         for a in done:
             try:
