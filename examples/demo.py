@@ -13,7 +13,10 @@ except ImportError:   # run from a checkout without installing: the package is o
     import pyew
 
 print("ops:", ", ".join(o["name"] for o in pyew.ops()))
-info = pyew.device_info()
+try:
+    info = pyew.device_info()
+except pyew.NoDeviceError as e:       # the demo runs kernels: say why it cannot, without a traceback
+    sys.exit(f"demo: {e}")
 print(f"device: {info['name']} (sm_{info['capability'][0]}{info['capability'][1]}, {info['sms']} SMs)")
 
 x = np.linspace(-5, 5, 11, dtype=np.float32)
