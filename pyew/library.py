@@ -112,12 +112,14 @@ class Manifest:
     build_command: str
     ops: tuple[Op, ...]
     raw: dict = field(repr=False)
+    _by_name: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # cast lookups happen per streamed block of a mixed-dtype call: a dict, not a scan
+        object.__setattr__(self, "_by_name", {o.name: o for o in self.ops})
 
     def op(self, name: str) -> Op | None:
-        for o in self.ops:
-            if o.name == name:
-                return o
-        return None
+        return self._by_name.get(name)
 
 
 class Library:

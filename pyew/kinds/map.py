@@ -67,17 +67,20 @@ class MapOp:
                 # GPU arrays of other libraries: imported without a copy, then the DeviceArray path
                 s = rt.resolve_stream(stream)
                 devs = [a if type(a) is DeviceArray else interop.import_device(a, s, self.name) for a in args]
+                if out is not None and type(out) is not DeviceArray:
+                    out = interop.import_device(out, s, self.name) or out
                 d0 = devs[0]
                 if d0 is not None:
                     info, shape = d0._info, d0.shape
                     entry = self.fast.get(info)
                     if entry is not None and all(d is not None and d._info is info and d.shape == shape for d in devs):
-                        o = out if out is None or type(out) is DeviceArray else interop.import_device(out, s, self.name)
-                        if o is None and out is None:
+                        if out is None:
                             return self._run_device(entry, devs, s, None)
-                        if o is not None and o._info is entry[1] and o.shape == shape and not o.readonly \
-                                and not any(call.overlaps(o, d) for d in devs):
-                            return self._run_device(entry, devs, s, o)
+                        if type(out) is DeviceArray and out._info is entry[1] and out.shape == shape \
+                                and not out.readonly and not any(call.overlaps(out, d) for d in devs):
+                            return self._run_device(entry, devs, s, out)
+                # the general path below takes the imported arrays: no second import, no second wait
+                args = tuple(a if d is None else d for a, d in zip(args, devs))
         s = rt.resolve_stream(stream)
         pvals = call.param_values(self.op, kw) if (kw or self.op.params) else ()
         p = call.prepare(self.op, args, s)
