@@ -16,13 +16,13 @@ from . import kinds as _kinds
 from .array import DeviceArray, empty, zeros
 from .errors import CudaError, LibraryError, NoDeviceError, PyewError
 from .interop import asarray, from_dlpack
-from .runtime import Stream, current_stream, device_info, synchronize
+from .runtime import Device, ExternalStream, Stream, current_stream, device_count, device_info, synchronize
 from .transfer import set_transfer_limits, transfer_limits
 from .version import __version__
 
-__all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "Stream", "current_stream",
-           "synchronize", "device_info", "ops", "set_transfer_limits", "transfer_limits", "PyewError",
-           "CudaError", "LibraryError", "NoDeviceError", "dtypes", "__version__"]
+__all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "Device", "device_count", "Stream",
+           "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
+           "transfer_limits", "PyewError", "CudaError", "LibraryError", "NoDeviceError", "dtypes", "__version__"]
 
 
 def ops() -> list[dict]:
@@ -54,6 +54,9 @@ _bound: set[str] = set()
 def __getattr__(name: str):
     if name.startswith("_"):
         raise AttributeError(name)
+    if name == "dask":              # pyew.dask needs dask: imported on first use, like the ops
+        import importlib
+        return importlib.import_module(".dask", __name__)
     fn = _kinds.table().get(name)
     if fn is None:
         raise AttributeError(f"module 'pyew' has no attribute {name!r} (not an op of the loaded library; "

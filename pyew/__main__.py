@@ -10,12 +10,14 @@ COMMANDS = {
     "ops": ("pyew.cli_info:ops", "a table of the loaded library's ops, their dtypes and params"),
     "bench": ("pyew.bench.cli:main", "benchmark every op against the copy ceiling, a naive kernel, "
                                      "PyTorch, CuPy, numpy and numexpr"),
+    "bench-dask": ("pyew.bench.dask_scaling:main", "gelu(x * w + b) over a dask array on 1, 2, 4... GPUs "
+                                                   "(dask-cuda), numpy and CuPy chunks"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: python -m pyew COMMAND [ARGS]", "", "commands:"]
-    lines += [f"  {name:<8} {doc}" for name, (_, doc) in COMMANDS.items()]
+    lines += [f"  {name:<10} {doc}" for name, (_, doc) in COMMANDS.items()]
     lines += ["", "python -m pyew COMMAND --help describes a command's options."]
     return "\n".join(lines)
 

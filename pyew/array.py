@@ -27,6 +27,13 @@ class Buffer:
         self.stream = stream
         self.last = stream
 
+    def read_by(self, stream) -> None:
+        """Another GPU's stream reads this buffer (a peer copy): the free waits for it."""
+        if self.others is None:
+            self.others = []
+        if stream not in self.others:
+            self.others.append(stream)
+
     def used_on(self, stream) -> None:
         self.last = stream
         if stream is not self.stream:
@@ -39,9 +46,10 @@ class Buffer:
         if not self.ptr or sys.is_finalizing():
             return
         try:
-            for s in self.others or ():
-                rt.stream_wait(self.stream.cu, s.cu)
-            rt.free(self.ptr, self.stream, self.nbytes)
+            with rt.on(self.stream.ordinal):
+                for s in self.others or ():
+                    rt.stream_wait(self.stream, s)
+                rt.free(self.ptr, self.stream, self.nbytes)
         except Exception:   # never raise from a finalizer (e.g. the context is gone at exit)
             pass
         self.ptr = 0
@@ -53,14 +61,16 @@ class Foreign:
     consumer of these protocols, the producer's object must outlive the work queued on it."""
     __slots__ = ("owner", "stream", "last", "read_only", "__weakref__")
 
-    def __init__(self, owner, read_only: bool = False):
+    def __init__(self, owner, read_only: bool = False, ordinal: int = 0):
         self.owner = owner
-        self.stream = rt.DEFAULT_STREAM
-        self.last = rt.DEFAULT_STREAM
+        self.stream = self.last = rt.default_stream(ordinal)
         self.read_only = read_only
 
     def used_on(self, stream) -> None:
         self.last = stream
+
+    def read_by(self, stream) -> None:
+        pass        # the owner's object keeps the memory; nothing to order
 
 
 def normalize_shape(shape) -> tuple[int, ...]:
@@ -124,6 +134,11 @@ class DeviceArray:
     def readonly(self) -> bool:
         return isinstance(self._buf, Foreign) and self._buf.read_only
 
+    @property
+    def device(self) -> rt.Device:
+        """The GPU this array lives on."""
+        return rt.Device(self._buf.stream.ordinal)
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d DeviceArray")
@@ -140,7 +155,7 @@ class DeviceArray:
                 "version": 3, "strides": None, "stream": last.handle or 1}
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (dlpack.KDL_CUDA, rt.device().ordinal)
+        return (dlpack.KDL_CUDA, self._buf.stream.ordinal)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export (array API standard). stream: the consumer's stream (an int: 1 = legacy
@@ -149,30 +164,34 @@ class DeviceArray:
         max_version: (major, minor) the consumer reads; (1, x) gets a versioned capsule, None or
         (0, x) the legacy one. dl_device: must be this GPU. copy: True exports a copy, False never
         copies (pyew never needs to), None either."""
-        dev = rt.device()
-        if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CUDA, dev.ordinal):
-            raise BufferError(f"pyew can export only to its GPU (kDLCUDA, {dev.ordinal}), not {tuple(dl_device)}; "
-                              "copy to the host with .get() first")
-        src = self
-        if copy:
-            src = self.copy()
+        ordinal = self._buf.stream.ordinal
+        if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CUDA, ordinal):
+            raise BufferError(f"this array is on (kDLCUDA, {ordinal}) and pyew exports it only there, not to "
+                              f"{tuple(dl_device)}; move it with .to_device() or copy to the host with .get()")
         if stream is not None and stream != -1:
             if not isinstance(stream, int) or stream == 0:
                 raise BufferError(f"__dlpack__: stream must be an int other than 0 (1 = legacy default "
                                   f"stream, 2 = per-thread default), got {stream!r}")
-        consumer = rt.foreign_stream(1 if stream is None else stream) if stream != -1 else None
-        last = src._buf.last
-        if consumer is not None and int(consumer) != (last.handle or 1):
-            rt.stream_wait(consumer, last.cu)
+        with rt.on(ordinal):
+            src = self.copy() if copy else self
+            if stream != -1:
+                consumer = rt.foreign_stream(1 if stream is None else stream, ordinal)
+                last = src._buf.last
+                if consumer.handle != (last.handle or 1):
+                    rt.stream_wait(consumer, last)
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
-        return dlpack.export(src.ptr, src.shape, src._info, dev.ordinal, src, versioned=versioned,
+        return dlpack.export(src.ptr, src.shape, src._info, ordinal, src, versioned=versioned,
                              version=version, read_only=src.readonly, copied=bool(copy))
 
     # -- host transfer ------------------------------------------------------------------------
     def get(self, stream=None, out: np.ndarray | None = None) -> np.ndarray:
         """Copy to a new numpy array (or into `out`, any layout) and wait for the copy. The copy
         runs after the work queued on the stream (or the current one) and on this array's own."""
+        with rt.on(self._buf.stream.ordinal):
+            return self._get(stream, out)
+
+    def _get(self, stream, out):
         s = rt.resolve_stream(stream)
         if out is None:
             out = np.empty(self.shape, self.dtype)
@@ -183,7 +202,7 @@ class DeviceArray:
         if self.size:
             last = self._buf.last
             if last is not s:
-                rt.stream_wait(s.cu, last.cu)
+                rt.stream_wait(s, last)
             self._buf.used_on(s)
             transfer.to_host(self.ptr, out, s)
         return out
@@ -235,10 +254,12 @@ class DeviceArray:
         return DeviceArray(self._buf, self.ptr, shape, self._info)
 
     def copy(self, stream=None) -> "DeviceArray":
-        s = rt.resolve_stream(stream)
-        out = DeviceArray._alloc(self.shape, self._info, s)
-        self._buf.used_on(s)
-        rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
+        """A copy on the same GPU."""
+        with rt.on(self._buf.stream.ordinal):
+            s = rt.resolve_stream(stream)
+            out = DeviceArray._alloc(self.shape, self._info, s)
+            self._buf.used_on(s)
+            rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
 
     def astype(self, dtype, stream=None) -> "DeviceArray":
@@ -246,7 +267,26 @@ class DeviceArray:
         info = lookup_dtype(dtype)
         if info is self._info:
             return self.copy(stream)
-        return cast(self, info, stream)
+        with rt.on(self._buf.stream.ordinal):
+            return cast(self, info, stream)
+
+    def to_device(self, device, stream=None) -> "DeviceArray":
+        """This array on GPU `device` (an int or a pyew.Device): itself if it is there already, else a
+        copy, peer-to-peer (NVLink or PCIe) where the GPUs allow it. The copy runs on `stream` (a
+        stream of the target GPU; its current stream by default) after the work queued on this
+        array, without a host sync."""
+        j = rt.Device(device).id
+        i = self._buf.stream.ordinal
+        if j == i:
+            return self
+        with rt.on(j):
+            s = rt.resolve_stream(stream)
+            out = DeviceArray._alloc(self.shape, self._info, s)
+            if self.size:
+                rt.stream_wait(s, self._buf.last)
+                rt.copy_peer(out.ptr, j, self.ptr, i, self.nbytes, s.cu)
+                self._buf.read_by(s)
+        return out
 
     def __repr__(self) -> str:
         head = f"DeviceArray(shape={self.shape}, dtype={self.dtype}"
@@ -290,16 +330,29 @@ def cast(a: DeviceArray, info: dt.DType, stream=None, out: DeviceArray | None = 
     return res
 
 
-def empty(shape, dtype="float32", stream=None) -> DeviceArray:
-    """Uninitialised DeviceArray."""
-    return DeviceArray._alloc(normalize_shape(shape), lookup_dtype(dtype), rt.resolve_stream(stream))
+def target_device(device, stream) -> int:
+    """The GPU a new array goes to: `device`, else `stream`'s, else the current one."""
+    if device is not None:
+        return rt.Device(device).id
+    if stream is not None and hasattr(stream, "ordinal"):
+        return stream.ordinal
+    return rt.current_ordinal()
 
 
-def zeros(shape, dtype="float32", stream=None) -> DeviceArray:
-    """DeviceArray of zeros."""
-    s = rt.resolve_stream(stream)
-    a = DeviceArray._alloc(normalize_shape(shape), lookup_dtype(dtype), s)
-    rt.memset(a.ptr, 0, a.nbytes, s.cu)
+def empty(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
+    """Uninitialised DeviceArray on `device` (default: the current GPU)."""
+    shape, info = normalize_shape(shape), lookup_dtype(dtype)
+    with rt.on(target_device(device, stream)):
+        return DeviceArray._alloc(shape, info, rt.resolve_stream(stream))
+
+
+def zeros(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
+    """DeviceArray of zeros on `device` (default: the current GPU)."""
+    shape, info = normalize_shape(shape), lookup_dtype(dtype)
+    with rt.on(target_device(device, stream)):
+        s = rt.resolve_stream(stream)
+        a = DeviceArray._alloc(shape, info, s)
+        rt.memset(a.ptr, 0, a.nbytes, s.cu)
     return a
 
 

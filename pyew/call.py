@@ -41,6 +41,24 @@ from .operands import (
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+# ---- the device of a call --------------------------------------------------------------------------
+
+def device_of(args: Sequence, out, stream) -> int:
+    """The GPU a call runs on: stream='s, else its first GPU operand's (inputs, then out=), else the
+    current one. The other operands are checked against it as they are classified."""
+    if stream is not None and hasattr(stream, "ordinal"):
+        return stream.ordinal
+    for a in args:
+        i = interop.device_index(a)
+        if i is not None:
+            return i
+    if out is not None:
+        i = interop.device_index(out)
+        if i is not None:
+            return i
+    return rt.current_ordinal()
+
+
 # ---- preparing a call ------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -118,6 +136,8 @@ def device_out(out, stream, op: str, what: str = "out"):
         return None
     if type(out) is DeviceArray:
         d = out
+        if d._buf.stream.ordinal != stream.ordinal:
+            interop.wrong_device(d._buf.stream.ordinal, stream, op, what)
     elif isinstance(out, np.ndarray):
         return None
     else:
@@ -268,8 +288,7 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
 
 def fill(ptr: int, n: int, info: dt.DType, bits: int, stream) -> None:
     lib = library.get()
-    dev = rt.device()
-    lib.check(lib.fill(ptr, n, info.itemsize, bits, stream.handle, dev.sms, dev.threads_per_sm), "ew_fill")
+    lib.check(lib.fill(ptr, n, info.itemsize, bits, stream.handle, *stream.dims), "ew_fill")
 
 
 def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:

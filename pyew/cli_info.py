@@ -29,13 +29,15 @@ def info(argv) -> int:
     for f in man.spec_files:
         print(f"spec        {f.path}")
     try:
-        d = pyew.device_info()
+        devices = [pyew.device_info(i) for i in range(pyew.device_count())] or [pyew.device_info()]
     except PyewError as e:
         print(f"device      none: {e}")
         return 0
-    cc = "sm_%d%d" % d["capability"]
-    print(f"device      {d['ordinal']}: {d['name']} ({cc}, {d['sms']} SMs, "
-          f"{d['total_memory'] / 2**30:.1f} GiB, {d['free_memory'] / 2**30:.1f} GiB free)")
+    for d in devices:
+        cc = "sm_%d%d" % d["capability"]
+        print(f"device      {d['ordinal']}: {d['name']} ({cc}, {d['sms']} SMs, "
+              f"{d['total_memory'] / 2**30:.1f} GiB, {d['free_memory'] / 2**30:.1f} GiB free, "
+              f"PCI {d['pci_bus_id']})")
     lim = pyew.transfer_limits()
     print("transfer    " + ", ".join(f"{k}={v}" for k, v in lim.items()))
     return 0

@@ -21,7 +21,7 @@ import numpy as np
 from . import dlpack
 from . import dtypes as dt
 from . import runtime as rt
-from .array import DeviceArray, Foreign, from_host, lookup_dtype
+from .array import DeviceArray, Foreign, from_host, lookup_dtype, target_device
 
 _CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
 _cai_v3: dict[type, bool] = {}      # type -> its interface carries a stream
@@ -117,12 +117,14 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     if strides is not None:
         _check_contiguous(obj, shape, strides, info.itemsize, op, name)
     producer = cai.get("stream")
+    if producer == 0:
+        raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ has stream 0, which the interface "
+                         "forbids (1 is the legacy default stream)")
+    ordinal = rt.pointer_device(int(ptr)) if ptr else stream.ordinal
+    _check_device(ordinal, stream, op, name)
     if producer is not None and producer != _stream_arg(stream):
-        if producer == 0:
-            raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ has stream 0, which the interface "
-                             "forbids (1 is the legacy default stream)")
-        rt.stream_wait(stream.cu, rt.foreign_stream(int(producer)))
-    return DeviceArray(Foreign(obj, bool(read_only)), int(ptr or 0), shape, info)
+        rt.stream_wait(stream, rt.foreign_stream(int(producer), ordinal))
+    return DeviceArray(Foreign(obj, bool(read_only), ordinal), int(ptr or 0), shape, info)
 
 
 def _from_dlpack(obj, stream, op, name) -> DeviceArray:
@@ -132,53 +134,59 @@ def _from_dlpack(obj, stream, op, name) -> DeviceArray:
     except TypeError:          # a producer from before DLPack 1.0: no max_version
         cap = obj.__dlpack__(stream=s)
     imp = dlpack.consume(cap)
-    dev = rt.device()
-    if imp.device[0] not in _CUDA_DEVICES or imp.device[1] != dev.ordinal:
-        raise ValueError(f"{op}: {name!r} lives on DLPack device {imp.device}; pyew runs on CUDA device "
-                         f"{dev.ordinal}: move it there first")
+    if imp.device[0] not in _CUDA_DEVICES:
+        raise ValueError(f"{op}: {name!r} lives on DLPack device {imp.device}, not a GPU")
+    _check_device(imp.device[1], stream, op, name)
     info = dlpack.dtype_of(*imp.dtype)
     if info is None:
         raise TypeError(f"{op}: {name!r} has DLPack dtype (code {imp.dtype[0]}, {imp.dtype[1]} bits, "
                         f"{imp.dtype[2]} lanes), which pyew does not support")
     _check_contiguous(obj, imp.shape, imp.strides, 1, op, name)
-    return DeviceArray(Foreign(imp.owner, imp.read_only), imp.ptr, imp.shape, info)
+    return DeviceArray(Foreign(imp.owner, imp.read_only, imp.device[1]), imp.ptr, imp.shape, info)
 
 
 def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
     """A DeviceArray over another library's GPU array through DLPack (torch, CuPy, JAX, ...),
-    without a copy (copy=True makes one). The producer orders its pending work on the array
-    before the current pyew stream (or `stream`)."""
-    s = rt.resolve_stream(stream)
+    without a copy (copy=True makes one), on the GPU the array is on. The producer orders its
+    pending work on the array before the current pyew stream of that GPU (or `stream`)."""
     if isinstance(obj, DeviceArray):
-        return obj.copy(s) if copy else obj
+        return obj.copy(stream) if copy else obj
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__/__dlpack_device__")
-    kind, _ = obj.__dlpack_device__()
+    kind, index = obj.__dlpack_device__()
     if kind not in _CUDA_DEVICES:
         raise BufferError(f"from_dlpack: the {type(obj).__name__} is on DLPack device type {kind}, not a GPU; "
                           "pyew.asarray(x) copies host data to the GPU")
-    d = _from_dlpack(obj, s, "from_dlpack", "x")
-    return d.copy(s) if copy else d
+    with rt.on(int(index)):
+        s = rt.resolve_stream(stream)
+        d = _from_dlpack(obj, s, "from_dlpack", "x")
+        return d.copy(s) if copy else d
 
 
-def asarray(obj, dtype=None, stream=None) -> DeviceArray:
+def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
     """A DeviceArray of obj: a DeviceArray as is, a GPU array of another library without a copy
     (CUDA Array Interface or DLPack), anything else through numpy and the transfer engine. With
-    dtype, converted on the GPU where it differs."""
-    s = rt.resolve_stream(stream)
-    if isinstance(obj, DeviceArray):
-        d = obj
-    else:
-        d = import_device(obj, s, "asarray", "obj") if not isinstance(obj, np.ndarray) else None
-        if d is None:
-            a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=lookup_dtype(dtype).np)
-            if a.dtype == object:
-                raise TypeError(f"asarray: a {type(obj).__name__} that numpy reads as objects is not numeric data")
-            lookup_dtype(a.dtype)
-            return from_host(a, s)
+    dtype, converted on the GPU where it differs. With device (an int or pyew.Device; or a
+    stream's GPU), the result is on that GPU: GPU arrays elsewhere are copied there, host data
+    goes there; else GPU arrays stay where they are and host data goes to the current GPU."""
+    src = device_index(obj) if not isinstance(obj, np.ndarray) else None
+    want = target_device(device, stream) if device is not None or stream is not None else None
+    if src is None:
+        a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=lookup_dtype(dtype).np)
+        if a.dtype == object:
+            raise TypeError(f"asarray: a {type(obj).__name__} that numpy reads as objects is not numeric data")
+        lookup_dtype(a.dtype)
+        with rt.on(rt.current_ordinal() if want is None else want):
+            return from_host(a, rt.resolve_stream(stream))
+    moved = want is not None and want != src
+    with rt.on(src):
+        d = obj if isinstance(obj, DeviceArray) else \
+            import_device(obj, rt.resolve_stream(None if moved else stream), "asarray", "obj")
+    if moved:
+        d = d.to_device(want, stream)
     if dtype is None or lookup_dtype(dtype) is d._info:
         return d
-    return d.astype(dtype, s)
+    return d.astype(dtype, stream)
 
 
 # ---- native readers: PyTorch and CuPy through their own attributes ----------------------------------
@@ -199,9 +207,45 @@ def _native_reader(t: type):
     return None
 
 
-def _check_device(index: int, op, name):
-    if index != rt.device().ordinal:
-        raise ValueError(f"{op}: {name!r} is on cuda:{index}; pyew runs on CUDA device {rt.device().ordinal}")
+def _check_device(index: int, stream, op, name):
+    if index != stream.ordinal:
+        wrong_device(index, stream, op, name)
+
+
+def wrong_device(index: int, stream, op, name):
+    raise ValueError(f"{op}: {name!r} is on cuda:{index}, but this call runs on cuda:{stream.ordinal} (the "
+                         "device of its first GPU operand, or of stream=); the GPU arrays of one call must be on "
+                         "one GPU: move one there first (DeviceArray.to_device, tensor.to, cupy.asarray under "
+                         "cupy.cuda.Device)")
+
+
+def device_index(obj) -> int | None:
+    """The GPU a GPU array lives on, read without importing it; None for anything else (numpy
+    arrays, scalars, CPU tensors)."""
+    t = type(obj)
+    if t is DeviceArray:
+        return obj._buf.stream.ordinal
+    if t is np.ndarray or t in (int, float, bool, complex) or obj is None:
+        return None
+    root = t.__module__.split(".")[0]
+    if root == "torch" and hasattr(obj, "get_device"):
+        i = obj.get_device()
+        return i if i >= 0 else None
+    if root == "cupy" and hasattr(obj, "device") and hasattr(obj.device, "id"):
+        return obj.device.id
+    if hasattr(t, "__dlpack_device__"):
+        try:
+            kind, index = obj.__dlpack_device__()
+        except Exception:
+            return None
+        return int(index) if kind in _CUDA_DEVICES else None
+    if hasattr(t, "__cuda_array_interface__"):
+        try:
+            ptr = obj.__cuda_array_interface__["data"][0]
+        except Exception:
+            return None
+        return rt.pointer_device(int(ptr)) if ptr else rt.current_ordinal()
+    return None
 
 
 def _torch_reader(torch):
@@ -224,11 +268,11 @@ def _torch_reader(torch):
             raise ValueError(f"{op}: {name!r} is a non-contiguous Tensor (shape {tuple(t.shape)}, strides "
                              f"{tuple(t.stride())}); pyew takes C-contiguous GPU arrays: pass .contiguous()")
         index = t.get_device()
-        _check_device(index, op, name)
+        _check_device(index, stream, op, name)
         producer = raw_stream(index)            # torch's current stream: its queued work on t
         if producer != stream.handle:
-            rt.stream_wait(stream.cu, rt.foreign_stream(producer))
-        return DeviceArray(Foreign(t), t.data_ptr(), tuple(t.shape), info)
+            rt.stream_wait(stream, rt.foreign_stream(producer, index))
+        return DeviceArray(Foreign(t, False, index), t.data_ptr(), tuple(t.shape), info)
 
     return read
 
@@ -244,10 +288,12 @@ def _cupy_reader(cupy):
         if not x.flags.c_contiguous:
             raise ValueError(f"{op}: {name!r} is a non-contiguous ndarray (shape {x.shape}, strides {x.strides}); "
                              "pyew takes C-contiguous GPU arrays: pass cupy.ascontiguousarray(x)")
-        _check_device(x.device.id, op, name)
-        producer = current().ptr                # CuPy's current stream, as its CUDA Array Interface says
+        index = x.device.id
+        _check_device(index, stream, op, name)
+        # CuPy's current stream of x's GPU, as its CUDA Array Interface says
+        producer = (current(index) if rt.several() else current()).ptr
         if producer != stream.handle:
-            rt.stream_wait(stream.cu, rt.foreign_stream(producer))
-        return DeviceArray(Foreign(x), x.data.ptr, x.shape, info)
+            rt.stream_wait(stream, rt.foreign_stream(producer, index))
+        return DeviceArray(Foreign(x, False, index), x.data.ptr, x.shape, info)
 
     return read

@@ -241,7 +241,6 @@ def reset() -> None:
 def launch(entry: Entry, args: tuple, stream) -> None:
     """Call an entry point: its own arguments, then the launch context (stream, SMs, threads per
     SM) every entry takes last; a nonzero cudaError_t raises CudaError naming the symbol."""
-    dev = rt.device()
-    rc = entry.fn(*args, stream.handle, dev.sms, dev.threads_per_sm)
+    rc = entry.fn(*args, stream.handle, *stream.dims)
     if rc:
         get().check(rc, entry.symbol)

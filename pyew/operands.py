@@ -32,6 +32,8 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     """One argument as an Operand: DeviceArrays and foreign GPU arrays (CUDA Array Interface,
     DLPack) are DEVICE, numpy arrays (and what np.asarray takes) HOST, numbers SCALAR."""
     if type(a) is DeviceArray:
+        if a._buf.stream.ordinal != stream.ordinal:
+            interop.wrong_device(a._buf.stream.ordinal, stream, op, name)
         return Operand(name, DEVICE, a, a._info, a.shape)
     if isinstance(a, (bool, int, float, complex)):
         if not scalars:

@@ -1,12 +1,13 @@
-"""The CUDA runtime through cuda-python (cuda.bindings.runtime): the device, its memory pool,
+"""The CUDA runtime through cuda-python (cuda.bindings.runtime): devices, their memory pools,
 pinned host memory, copies, streams and events.
 
-This is the only module that calls cuda-python. The device is opened on first GPU use, so
-`import pyew` and `pyew.ops()` work without one; its attributes are queried once and handed to
-every launch.
+This is the only module that calls cuda-python. Each GPU is opened on its first use, so
+`import pyew` and `pyew.ops()` work without one; its attributes are queried once and travel
+with its streams to every launch.
 """
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ def check(result, where: str):
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceProps:
+    """What a launch needs to know about one GPU, queried once when it is first used."""
     ordinal: int
     name: str
     capability: tuple[int, int]
@@ -51,39 +53,82 @@ class Device:
     total_memory: int
     l2_bytes: int
     pool: object
+    pci_bus_id: str = ""          # domain:bus:device.function, as nvidia-smi prints it
 
 
 _lock = threading.Lock()
-_device: Device | None = None
+_props: dict[int, DeviceProps] = {}
+_count: int | None = None       # GPUs this process sees; None until the first GPU use
+_several = False                # more than one: calls switch the current device and restore it
 
 
-def device() -> Device:
-    """The current device, opened on first use; NoDeviceError if there is none."""
-    d = _device
-    if d is not None:
-        return d
-    return _open()
+def _no_device(why: str) -> NoDeviceError:
+    return NoDeviceError(f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this. "
+                         "import pyew and pyew.ops() work without one.")
 
 
-def _open() -> Device:
-    global _device
+def _counted() -> int:
+    global _count, _several
+    if _count is None:
+        with _lock:
+            if _count is None:
+                if _rt is None:
+                    raise NoDeviceError(_NO_CUDA_PYTHON)
+                err, n = _rt.cudaGetDeviceCount()
+                if int(err) != 0 or n == 0:
+                    raise _no_device(_name(err) if int(err) != 0 else "no CUDA devices")
+                _several = n > 1
+                _count = n
+    return _count
+
+
+def device_count() -> int:
+    """The number of GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 0 without a GPU,
+    driver or cuda-python."""
+    try:
+        return _counted()
+    except NoDeviceError:
+        return 0
+
+
+def several() -> bool:
+    """True when this process sees more than one GPU (then calls pick and restore the device)."""
+    if _count is None:
+        try:
+            _counted()
+        except NoDeviceError:      # said by whatever needs the GPU first
+            return False
+    return _several
+
+
+def check_ordinal(ordinal: int) -> int:
+    n = _counted()
+    if not 0 <= ordinal < n:
+        raise ValueError(f"no CUDA device {ordinal}: this process sees {n} GPU(s), 0..{n - 1} "
+                         "(CUDA_VISIBLE_DEVICES decides which)")
+    return ordinal
+
+
+def props(ordinal: int) -> DeviceProps:
+    """The attributes of GPU `ordinal`, queried on its first use."""
+    p = _props.get(ordinal)
+    if p is not None:
+        return p
+    check_ordinal(ordinal)
     with _lock:
-        if _device is None:
-            _device = _open_device()
-    return _device
+        p = _props.get(ordinal)
+        if p is None:
+            p = _props[ordinal] = _open_device(ordinal)
+    return p
 
 
-def _open_device() -> Device:
-    if _rt is None:
-        raise NoDeviceError(_NO_CUDA_PYTHON)
-    err, count = _rt.cudaGetDeviceCount()
-    if int(err) != 0 or count == 0:
-        why = _name(err) if int(err) != 0 else "no CUDA devices"
-        raise NoDeviceError(
-            f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this. "
-            "import pyew and pyew.ops() work without one.")
-    ordinal = check(_rt.cudaGetDevice(), "cudaGetDevice")
-    props = check(_rt.cudaGetDeviceProperties(ordinal), "cudaGetDeviceProperties")
+def device() -> DeviceProps:
+    """The current device's attributes; NoDeviceError if there is no GPU."""
+    return props(current_ordinal())
+
+
+def _open_device(ordinal: int) -> DeviceProps:
+    props_ = check(_rt.cudaGetDeviceProperties(ordinal), "cudaGetDeviceProperties")
     attr = _rt.cudaDeviceAttr
     sms = check(_rt.cudaDeviceGetAttribute(attr.cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute")
     tpsm = check(_rt.cudaDeviceGetAttribute(attr.cudaDevAttrMaxThreadsPerMultiProcessor, ordinal),
@@ -93,53 +138,230 @@ def _open_device() -> Device:
     from cuda.bindings import driver as _drv
     check(_rt.cudaMemPoolSetAttribute(pool, _rt.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
                                       _drv.cuuint64_t(0xFFFFFFFFFFFFFFFF)), "cudaMemPoolSetAttribute")
-    name = props.name.split(b"\0", 1)[0].decode() if isinstance(props.name, bytes) else str(props.name)
-    return Device(ordinal, name, (props.major, props.minor), sms, tpsm, props.totalGlobalMem,
-                  props.l2CacheSize, pool)
+    name = props_.name.split(b"\0", 1)[0].decode() if isinstance(props_.name, bytes) else str(props_.name)
+    bus = f"{props_.pciDomainID:08X}:{props_.pciBusID:02X}:{props_.pciDeviceID:02X}.0"
+    return DeviceProps(ordinal, name, (props_.major, props_.minor), sms, tpsm, props_.totalGlobalMem,
+                       props_.l2CacheSize, pool, bus)
 
 
-def device_info() -> dict:
-    """Name, compute capability, SM count, threads per SM, L2 and memory of the current GPU."""
-    d = device()
-    free, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
+# ---- the current device ----------------------------------------------------------------------
+#
+# The current device is the CUDA runtime's (per thread), as in CuPy: `with pyew.Device(1)`,
+# torch.cuda.device(1) and cupy.cuda.Device(1) all set it. A call runs on its operands' device:
+# on a machine with several GPUs it makes that device current for the call and restores the
+# caller's afterwards, so pyew never leaves another library's current device changed. With one
+# GPU none of this costs anything.
+
+class _Active(threading.local):
+    ordinal: int | None = None      # the device of the call in progress on this thread
+
+
+_active = _Active()
+
+
+def current_ordinal() -> int:
+    """The device a call without GPU operands runs on: the call's own inside a call, else the
+    CUDA runtime's current device of this thread."""
+    if not several():
+        return 0
+    a = _active.ordinal
+    return a if a is not None else int(check(_rt.cudaGetDevice(), "cudaGetDevice"))
+
+
+class _Switch:
+    """Make `ordinal` the current device for a block, then restore the caller's."""
+    __slots__ = ("ordinal", "saved", "outer")
+
+    def __init__(self, ordinal: int):
+        self.ordinal = ordinal
+
+    def __enter__(self):
+        self.outer = _active.ordinal
+        cur = int(check(_rt.cudaGetDevice(), "cudaGetDevice"))
+        self.saved = cur
+        if cur != self.ordinal:
+            check(_rt.cudaSetDevice(check_ordinal(self.ordinal)), "cudaSetDevice")
+        _active.ordinal = self.ordinal
+        return self
+
+    def __exit__(self, *exc):
+        _active.ordinal = self.outer
+        if self.saved != self.ordinal:
+            check(_rt.cudaSetDevice(self.saved), "cudaSetDevice")
+        return False
+
+
+class _Stay:
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_STAY = _Stay()
+
+
+def on(ordinal: int):
+    """`with on(i):` runs the block with GPU i current (a no-op with one GPU)."""
+    if not several():
+        if ordinal != 0:
+            check_ordinal(ordinal)
+        return _STAY
+    return _Switch(ordinal)
+
+
+class _Bound(threading.local):
+    ordinal: int | None = None
+
+
+_bound = _Bound()
+
+
+def bind_thread(ordinal: int) -> None:
+    """Make `ordinal` current on one of pyew's own worker threads (kept there, no restore)."""
+    if _several and _bound.ordinal != ordinal:
+        check(_rt.cudaSetDevice(ordinal), "cudaSetDevice")
+        _bound.ordinal = ordinal
+
+
+def pointer_device(ptr: int) -> int:
+    """The GPU that device pointer `ptr` lives on (for CUDA Array Interface imports, which do
+    not say)."""
+    if not several():
+        return 0
+    attrs = check(_rt.cudaPointerGetAttributes(ptr), "cudaPointerGetAttributes")
+    return int(attrs.device)
+
+
+class _Entered(threading.local):
+    def __init__(self):
+        self.stack: list[tuple[int, int | None]] = []   # (device before, call device before)
+
+
+_entered = _Entered()
+
+
+class Device:
+    """A GPU of this process: `pyew.Device(1)`, or `pyew.Device()` for the current one.
+    `with pyew.Device(1):` makes it current on this thread (calls without GPU operands and new
+    arrays go there) and restores the previous one after the block."""
+    __slots__ = ("id",)
+
+    def __init__(self, device: "int | Device | None" = None):
+        if device is None:
+            ident = current_ordinal()
+        elif isinstance(device, Device):
+            ident = device.id
+        else:
+            try:
+                ident = operator.index(device)
+            except TypeError:
+                raise TypeError(f"a device is an int ordinal or a pyew.Device, not {type(device).__name__}") \
+                    from None
+        self.id = check_ordinal(ident)
+
+    def __enter__(self):
+        cur = int(check(_rt.cudaGetDevice(), "cudaGetDevice"))
+        if cur != self.id:
+            check(_rt.cudaSetDevice(self.id), "cudaSetDevice")
+        _entered.stack.append((cur, _active.ordinal))
+        _active.ordinal = None
+        return self
+
+    def __exit__(self, *exc):
+        cur, outer = _entered.stack.pop()
+        _active.ordinal = outer
+        if cur != self.id:
+            check(_rt.cudaSetDevice(cur), "cudaSetDevice")
+        return False
+
+    def synchronize(self) -> None:
+        """Wait for all work on this GPU."""
+        with on(self.id):
+            check(_rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+    def info(self) -> dict:
+        """Name, compute capability, SMs, threads per SM, L2 and memory of this GPU."""
+        return device_info(self.id)
+
+    def can_access_peer(self, other: "int | Device") -> bool:
+        """Whether this GPU can read and write `other`'s memory directly (NVLink or PCIe P2P)."""
+        j = Device(other).id
+        if j == self.id:
+            return True
+        return bool(check(_rt.cudaDeviceCanAccessPeer(self.id, j), "cudaDeviceCanAccessPeer"))
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(("pyew.Device", self.id))
+
+    def __index__(self):
+        return self.id
+
+    def __repr__(self):
+        return f"<pyew.Device {self.id}>"
+
+
+def device_info(ordinal: int | None = None) -> dict:
+    """Name, compute capability, SM count, threads per SM, L2, memory and PCI bus id of a GPU (the
+    current one by default)."""
+    d = props(current_ordinal() if ordinal is None else ordinal)
+    with on(d.ordinal):
+        free, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
     return {"ordinal": d.ordinal, "name": d.name, "capability": d.capability, "sms": d.sms,
             "threads_per_sm": d.threads_per_sm, "l2_bytes": d.l2_bytes,
-            "total_memory": total, "free_memory": free}
+            "total_memory": total, "free_memory": free, "pci_bus_id": d.pci_bus_id}
 
 
-def pool_usage() -> dict:
-    """The device pool's bytes in use now and at most since the last reset_pool_peak(), and
-    reserved (in use plus cached)."""
-    pool = device().pool
+def pool_usage(ordinal: int | None = None) -> dict:
+    """A GPU's pool (the current one's by default): bytes in use now and at most since the last
+    reset_pool_peak(), and reserved (in use plus cached)."""
+    pool = props(current_ordinal() if ordinal is None else ordinal).pool
     attr = _rt.cudaMemPoolAttr
     get = lambda a: int(check(_rt.cudaMemPoolGetAttribute(pool, a), "cudaMemPoolGetAttribute"))  # noqa: E731
     return {"used": get(attr.cudaMemPoolAttrUsedMemCurrent), "used_peak": get(attr.cudaMemPoolAttrUsedMemHigh),
             "reserved": get(attr.cudaMemPoolAttrReservedMemCurrent)}
 
 
-def reset_pool_peak() -> None:
+def reset_pool_peak(ordinal: int | None = None) -> None:
     from cuda.bindings import driver as _drv
-    check(_rt.cudaMemPoolSetAttribute(device().pool, _rt.cudaMemPoolAttr.cudaMemPoolAttrUsedMemHigh,
+    pool = props(current_ordinal() if ordinal is None else ordinal).pool
+    check(_rt.cudaMemPoolSetAttribute(pool, _rt.cudaMemPoolAttr.cudaMemPoolAttrUsedMemHigh,
                                       _drv.cuuint64_t(0)), "cudaMemPoolSetAttribute")
 
 
-def trim_pool(keep_bytes: int = 0) -> None:
-    """Return the device pool's cached free memory to the driver, down to keep_bytes."""
-    check(_rt.cudaMemPoolTrimTo(device().pool, keep_bytes), "cudaMemPoolTrimTo")
+def trim_pool(keep_bytes: int = 0, ordinal: int | None = None) -> None:
+    """Return a GPU pool's cached free memory to the driver, down to keep_bytes."""
+    pool = props(current_ordinal() if ordinal is None else ordinal).pool
+    check(_rt.cudaMemPoolTrimTo(pool, keep_bytes), "cudaMemPoolTrimTo")
 
 
 # ---- streams and events ----------------------------------------------------------------------
+#
+# Every stream object pyew passes around knows its GPU (`ordinal`) and that GPU's launch
+# dimensions (`dims`): the stream is what carries the device through a call.
 
-class Stream:
-    """A non-blocking CUDA stream. `with Stream() as s:` makes it current for ops in the block."""
-
+class _Current(threading.local):
     def __init__(self):
-        device()
-        self.cu = check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
-        self.handle = int(self.cu)
+        self.stack: list = []         # the streams of the `with` blocks this thread is in
 
-    def synchronize(self) -> None:
-        _stream_sync(self.cu)
+
+_current = _Current()
+
+
+class _Usable:
+    """What a stream a user holds offers: its GPU, and `with s:` to make it the current stream of
+    that GPU for ops in the block."""
+    __slots__ = ()
+
+    @property
+    def device(self) -> Device:
+        return Device(self.ordinal)
 
     def __enter__(self):
         _current.stack.append(self)
@@ -149,64 +371,149 @@ class Stream:
         _current.stack.pop()
         return False
 
+
+class Stream(_Usable):
+    """A non-blocking CUDA stream on one GPU (the current one, or `device`). `with Stream() as s:`
+    makes it the current stream for ops on its GPU in the block."""
+
+    def __init__(self, device=None):
+        self.cu = None
+        ordinal = current_ordinal() if device is None else Device(device).id
+        p = props(ordinal)
+        with on(ordinal):
+            self.cu = check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+        self.handle = int(self.cu)
+        self.ordinal = ordinal
+        self.dims = (p.sms, p.threads_per_sm)
+
+    def synchronize(self) -> None:
+        _stream_sync(self.cu)
+
     def __del__(self):
-        h = getattr(self, "cu", None)
+        h = self.cu
         if h is not None and _rt is not None and not sys.is_finalizing():
             # Work already queued still runs; the driver frees the stream when it is done.
             _rt.cudaStreamDestroy(h)
             self.cu = None
 
     def __repr__(self):
-        return f"<pyew.Stream 0x{self.handle:x}>"
+        return f"<pyew.Stream 0x{self.handle:x} on device {self.ordinal}>"
+
+
+class RawStream:
+    """A stream handle pyew did not wrap in a Stream: a transfer lane's, or one another library
+    gave (CUDA Array Interface, DLPack; 1 is the legacy default stream and 2 the per-thread
+    default, as in the CUDA headers), on GPU `ordinal`."""
+    __slots__ = ("cu", "handle", "ordinal", "dims")
+
+    def __init__(self, cu, ordinal: int):
+        self.cu = cu
+        self.handle = int(cu)
+        self.ordinal = ordinal
+        p = props(ordinal)
+        self.dims = (p.sms, p.threads_per_sm)
+
+
+class ExternalStream(_Usable, RawStream):
+    """A stream another library owns, by its handle, for `stream=`: pyew's work then queues on it,
+    ordered with that library's own (CuPy: `cupy.cuda.get_current_stream().ptr`; PyTorch:
+    `torch.cuda.current_stream().cuda_stream`). 0 is the GPU's legacy default stream. The owner
+    must keep the stream alive while pyew's work on it runs. `with ExternalStream(h):` makes it the
+    current stream of its GPU for ops in the block, as `with Stream()` does."""
+    __slots__ = ()
+
+    def __init__(self, handle: int, device=None):
+        ordinal = current_ordinal() if device is None else Device(device).id
+        if not isinstance(handle, int) or handle < 0:
+            raise TypeError(f"ExternalStream takes a stream handle (a non-negative int), not {handle!r}")
+        super().__init__(_rt.cudaStream_t(handle), ordinal)
+
+    def synchronize(self) -> None:
+        with on(self.ordinal):
+            _stream_sync(self.cu)
+
+    def __repr__(self):
+        return f"<pyew.ExternalStream 0x{self.handle:x} on device {self.ordinal}>"
 
 
 class _DefaultStream:
-    """The legacy default stream (handle 0), used when no stream is given or current."""
-    handle = 0
+    """A GPU's legacy default stream (handle 0), used when no stream is given or current. It also
+    keeps that GPU's small freed buffers for reuse (see malloc)."""
 
-    def __init__(self):
+    def __init__(self, ordinal: int):
+        self.ordinal = ordinal
+        self.handle = 0
         self.cu = _rt.cudaStream_t(0) if _rt is not None else None
+        self.reuse: dict[int, list[int]] = {}
+        self.reuse_bytes = 0      # approximate under threads: list pop/append are atomic, this is not
+        self._dims = None
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        d = self._dims
+        if d is None:
+            p = props(self.ordinal)
+            d = self._dims = (p.sms, p.threads_per_sm)
+        return d
+
+    @property
+    def device(self) -> Device:
+        return Device(self.ordinal)
 
     def synchronize(self) -> None:
-        device()
-        _stream_sync(self.cu)
+        with on(self.ordinal):
+            _stream_sync(self.cu)
 
     def __repr__(self):
-        return "<pyew default stream>"
+        return f"<pyew default stream of device {self.ordinal}>"
 
 
-class _Current(threading.local):
-    def __init__(self):
-        self.stack: list[Stream] = []
+_defaults: dict[int, _DefaultStream] = {}
+DEFAULT_STREAM = _defaults[0] = _DefaultStream(0)
 
 
-_current = _Current()
-DEFAULT_STREAM = _DefaultStream()
+def default_stream(ordinal: int) -> _DefaultStream:
+    d = _defaults.get(ordinal)
+    if d is None:
+        check_ordinal(ordinal)
+        d = _defaults.setdefault(ordinal, _DefaultStream(ordinal))
+    return d
 
 
-def current_stream():
-    """The stream ops use when none is passed: the innermost `with Stream()`, else the default."""
-    st = _current.stack
-    return st[-1] if st else DEFAULT_STREAM
+def current_stream(ordinal: int | None = None):
+    """The stream ops on GPU `ordinal` (the current one by default) use when none is passed: the
+    innermost `with Stream()` of that GPU, else its default stream."""
+    if ordinal is None:
+        ordinal = current_ordinal()
+    for s in reversed(_current.stack):
+        if s.ordinal == ordinal:
+            return s
+    return _defaults.get(ordinal) or default_stream(ordinal)
 
 
 def resolve_stream(stream):
+    """The stream of a call: the given pyew.Stream, else the current stream of the call's GPU."""
     if stream is None:
         st = _current.stack
-        return st[-1] if st else DEFAULT_STREAM
-    if isinstance(stream, (Stream, _DefaultStream)):
+        if not _several:
+            return st[-1] if st else DEFAULT_STREAM
+        return current_stream()
+    if isinstance(stream, (Stream, _DefaultStream, ExternalStream)):
+        if _several and stream.ordinal != current_ordinal():
+            raise ValueError(f"stream {stream!r} is on device {stream.ordinal}, but this call runs on device "
+                             f"{current_ordinal()} (its GPU operands' device, or the current one)")
         return stream
-    raise TypeError(f"stream must be a pyew.Stream or None, not {type(stream).__name__}")
+    raise TypeError(f"stream must be a pyew.Stream, a pyew.ExternalStream or None, not {type(stream).__name__}")
 
 
-def foreign_stream(handle: int):
-    """A cudaStream_t for a raw handle another library gave (CUDA Array Interface, DLPack): 1 is
-    the legacy default stream and 2 the per-thread default stream, as in the CUDA headers."""
-    return _rt.cudaStream_t(handle)
+def foreign_stream(handle: int, ordinal: int) -> RawStream:
+    """A stream another library gave by handle (CUDA Array Interface, DLPack) on GPU `ordinal`."""
+    return RawStream(_rt.cudaStream_t(handle), ordinal)
 
 
 class Event:
-    """A CUDA event without timing (cheap to record and wait on), or with timing for benchmarks."""
+    """A CUDA event on the current GPU, without timing (cheap to record and wait on), or with
+    timing for benchmarks."""
     __slots__ = ("cu",)
 
     def __init__(self, timing: bool = False):
@@ -272,82 +579,86 @@ def wait_event(stream_cu, event: Event) -> None:
 
 
 class _Handshake(threading.local):
-    """One event per thread for stream-to-stream waits: a wait captures the event's state when it
-    is queued, so the same event can be recorded again right after."""
-    event: Event | None = None
+    """One event per thread and GPU for stream-to-stream waits: a wait captures the event's state
+    when it is queued, so the same event can be recorded again right after."""
+
+    def __init__(self):
+        self.events: dict[int, Event] = {}
 
 
 _handshake = _Handshake()
 
 
-def stream_wait(waiter_cu, other_cu) -> None:
-    """Make stream `waiter_cu` wait for the work queued so far on `other_cu` (no host sync)."""
-    ev = _handshake.event
-    if ev is None:
-        ev = _handshake.event = Event()
-    ev.record(other_cu)
-    wait_event(waiter_cu, ev)
+def stream_wait(waiter, other) -> None:
+    """Make stream `waiter` wait for the work queued so far on stream `other` (no host sync).
+    Both are stream objects; they may be on different GPUs."""
+    o = other.ordinal
+    with on(o) if o != waiter.ordinal else _STAY:
+        ev = _handshake.events.get(o)
+        if ev is None:
+            ev = _handshake.events[o] = Event()
+        ev.record(other.cu)
+    wait_event(waiter.cu, ev)
 
 
 def synchronize() -> None:
-    """Wait for all work on the device."""
-    device()
-    check(_rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+    """Wait for all work on the current device."""
+    with on(current_ordinal()):
+        check(_rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
 # ---- device memory ---------------------------------------------------------------------------
 
-# Small buffers freed on the default stream are kept for the next allocation of the same size on
-# it: work queued on a stream runs in order, so the next user cannot overtake the last one. This
-# saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small arrays;
-# the pool behind it is already a caching allocator for everything else.
+# Small buffers freed on a GPU's default stream are kept for the next allocation of the same size
+# on it: work queued on a stream runs in order, so the next user cannot overtake the last one.
+# This saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small
+# arrays; the pool behind it is already a caching allocator for everything else.
 _REUSE_MAX_BYTES = 1 << 20      # per buffer
 _REUSE_PER_SIZE = 4
-_REUSE_TOTAL_BYTES = 64 << 20   # held at most, over all sizes
-_reuse: dict[int, list[int]] = {}
-_reuse_bytes = 0                # approximate under threads: list pop/append are atomic, this is not
+_REUSE_TOTAL_BYTES = 64 << 20   # held at most per GPU, over all sizes
 
 
 def malloc(nbytes: int, stream) -> int:
-    """Stream-ordered allocation from the device's default pool."""
-    global _reuse_bytes
+    """Stream-ordered allocation from the pool of the stream's GPU."""
     if nbytes == 0:
         return 0
-    if stream is DEFAULT_STREAM:
-        kept = _reuse.get(nbytes)
+    reuse = getattr(stream, "reuse", None)
+    if reuse is not None:
+        kept = reuse.get(nbytes)
         if kept:
             try:
                 ptr = kept.pop()
             except IndexError:    # another thread took the last one
                 pass
             else:
-                _reuse_bytes -= nbytes
+                stream.reuse_bytes -= nbytes
                 return ptr
-    if _device is None:
-        device()                  # NoDeviceError before any CUDA call that would say less
+    props(stream.ordinal)                 # NoDeviceError before any CUDA call that would say less
+    # from the pool of the stream's device (the current one, for a default stream)
     err, ptr = _rt.cudaMallocAsync(nbytes, stream.cu)
     if int(err) != 0:
         if err == _rt.cudaError_t.cudaErrorMemoryAllocation:
-            free_b, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
+            with on(stream.ordinal):
+                free_b, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
             raise CudaError(int(err), _name(err), "cudaMallocAsync",
-                            f"out of GPU memory allocating {nbytes} bytes ({free_b} of {total} bytes "
-                            "free); free DeviceArrays you no longer need, or pass numpy arrays, which "
-                            "stream through a bounded device budget")
+                            f"out of GPU memory allocating {nbytes} bytes on device {stream.ordinal} ({free_b} "
+                            f"of {total} bytes free); free DeviceArrays you no longer need, or pass numpy "
+                            "arrays, which stream through a bounded device budget")
         check((err,), "cudaMallocAsync")
     return int(ptr)
 
 
 def free(ptr: int, stream, nbytes: int = 0) -> None:
-    """Stream-ordered free; a small buffer (nbytes given) on the default stream is kept for reuse."""
-    global _reuse_bytes
+    """Stream-ordered free; a small buffer (nbytes given) on a default stream is kept for reuse."""
     if not ptr:
         return
-    if 0 < nbytes <= _REUSE_MAX_BYTES and stream is DEFAULT_STREAM and \
-            _reuse_bytes + nbytes <= _REUSE_TOTAL_BYTES:
-        kept = _reuse.setdefault(nbytes, [])
+    reuse = getattr(stream, "reuse", None)
+    if reuse is not None and 0 < nbytes <= _REUSE_MAX_BYTES and \
+            stream.reuse_bytes + nbytes <= _REUSE_TOTAL_BYTES:
+        kept = reuse.setdefault(nbytes, [])
         if len(kept) < _REUSE_PER_SIZE:
             kept.append(ptr)
-            _reuse_bytes += nbytes
+            stream.reuse_bytes += nbytes
             return
     check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
 
@@ -377,10 +688,19 @@ def copy_dtod(dst: int, src: int, nbytes: int, stream_cu) -> None:
                                   stream_cu), "cudaMemcpyAsync (device to device)")
 
 
-def new_stream():
-    """A raw non-blocking stream handle for pyew's own use (the transfer engine's lanes)."""
-    device()
-    return check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+def copy_peer(dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream_cu) -> None:
+    """Copy between two GPUs' memory (over NVLink or PCIe peer-to-peer where the GPUs allow it,
+    else staged by the driver)."""
+    if nbytes:
+        check(_rt.cudaMemcpyPeerAsync(dst, dst_ordinal, src, src_ordinal, nbytes, stream_cu),
+              "cudaMemcpyPeerAsync")
+
+
+def new_stream(ordinal: int):
+    """A raw non-blocking stream handle on GPU `ordinal` for pyew's own use (transfer lanes)."""
+    props(ordinal)
+    with on(ordinal):
+        return check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
 
 
 def stream_synchronize(stream_cu) -> None:
@@ -395,8 +715,8 @@ def destroy_stream(stream_cu) -> None:
 # ---- pinned host memory ----------------------------------------------------------------------
 
 def host_alloc(nbytes: int) -> int:
-    """Page-locked host memory (the DMA engines read and write it at full PCIe speed)."""
-    device()
+    """Page-locked host memory (the DMA engines of every GPU read and write it at full PCIe speed)."""
+    _counted()
     err, ptr = _rt.cudaHostAlloc(nbytes, _rt.cudaHostAllocPortable)
     if int(err) != 0:
         raise CudaError(int(err), _name(err), "cudaHostAlloc",

@@ -130,23 +130,28 @@ class Pinned:
 
 
 class _Lane:
-    """A worker's stream, event and pinned slot."""
-    __slots__ = ("stream", "event", "slot")
+    """A worker's stream and event on one GPU, and its pinned slot. `raw` is the stream as the
+    call layer's kernels take one."""
+    __slots__ = ("stream", "event", "slot", "ordinal", "raw")
 
-    def __init__(self, slot_bytes: int):
-        self.stream = rt.new_stream()
-        self.event = rt.Event()
+    def __init__(self, slot_bytes: int, ordinal: int):
+        self.ordinal = ordinal
+        with rt.on(ordinal):
+            self.stream = rt.new_stream(ordinal)
+            self.event = rt.Event()
+        self.raw = rt.RawStream(self.stream, ordinal)
         self.slot = Pinned(slot_bytes)
 
     def close(self) -> None:
-        rt.stream_synchronize(self.stream)
-        self.slot.free()
-        rt.destroy_stream(self.stream)
+        with rt.on(self.ordinal):
+            rt.stream_synchronize(self.stream)
+            self.slot.free()
+            rt.destroy_stream(self.stream)
 
 
 _engine_lock = threading.Lock()
 _small_lock = threading.Lock()
-_lanes: list[_Lane] = []
+_lanes: dict[int, list[_Lane]] = {}       # per GPU
 _pool: ThreadPoolExecutor | None = None
 _small: Pinned | None = None
 
@@ -187,21 +192,23 @@ def _worker_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _ensure_lanes(k: int) -> list[_Lane]:
+def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
     slot = _ring_slot_bytes()
-    while len(_lanes) < k:
-        _lanes.append(_Lane(slot))
+    lanes = _lanes.setdefault(ordinal, [])
+    while len(lanes) < k:
+        lanes.append(_Lane(slot, ordinal))
     _worker_pool()
-    return _lanes[:k]
+    return lanes[:k]
 
 
 def _release_locked() -> None:
     global _pool, _small, _small_pending
-    for lane in _lanes:
-        try:
-            lane.close()
-        except Exception:
-            pass
+    for lanes in _lanes.values():
+        for lane in lanes:
+            try:
+                lane.close()
+            except Exception:
+                pass
     _lanes.clear()
     if _small is not None:
         if _small_pending is not None:
@@ -209,6 +216,7 @@ def _release_locked() -> None:
         _small.free()
         _small = None
         _small_pending = None
+    _small_events.clear()
     if _pool is not None:
         _pool.shutdown(wait=True)
         _pool = None
@@ -222,7 +230,8 @@ def release() -> None:
 
 def pinned_bytes_held() -> int:
     """Page-locked bytes the engine holds right now."""
-    return sum(lane.slot.nbytes for lane in _lanes) + (_small.nbytes if _small is not None else 0)
+    return sum(lane.slot.nbytes for lanes in _lanes.values() for lane in lanes) + \
+        (_small.nbytes if _small is not None else 0)
 
 
 @atexit.register
@@ -338,14 +347,16 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
 
 def _small_read_by(stream) -> None:
     """Note that a copy queued on `stream` reads the small buffer: its next user waits for it."""
-    global _small_pending, _small_event
-    if _small_event is None:
-        _small_event = rt.Event()
-    _small_event.record(stream.cu)
-    _small_pending = _small_event
+    global _small_pending
+    ev = _small_events.get(stream.ordinal)
+    if ev is None:
+        with rt.on(stream.ordinal):
+            ev = _small_events[stream.ordinal] = rt.Event()
+    ev.record(stream.cu)
+    _small_pending = ev
 
 
-_small_event: rt.Event | None = None
+_small_events: dict[int, rt.Event] = {}      # per GPU: an event is recorded on its own GPU's streams
 
 
 def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
@@ -385,7 +396,7 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
     waits for the lanes. Any error (a worker's, or KeyboardInterrupt in the caller) stops the
     workers after their current block, drains their streams, and is raised here."""
     k = min(len(blocks), _limits.threads)
-    lanes = _ensure_lanes(k)
+    lanes = _ensure_lanes(k, stream.ordinal)
     start = rt.Event()
     start.record(stream.cu)
     for lane in lanes:
@@ -395,6 +406,7 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
     cancel = _Cancel()
 
     def loop(lane: _Lane):
+        rt.bind_thread(lane.ordinal)
         while not cancel.flag:
             with take:
                 block = next(it, None)
@@ -454,15 +466,6 @@ class DeviceChunk:
     stream: object
 
 
-class _LaneStream:
-    """A lane's stream as the call layer's kernels expect a stream (cu handle + int handle)."""
-    __slots__ = ("cu", "handle")
-
-    def __init__(self, cu):
-        self.cu = cu
-        self.handle = int(cu)
-
-
 def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], shape: tuple[int, ...],
                 kernel: Callable[[DeviceChunk], None], stream, *, out_scale: Sequence[int] = (),
                 in_scale: Sequence[int] = (), align: int = 1, scratch_per_elem: int = 0) -> None:
@@ -519,7 +522,7 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
                                            scratch_per_elem)
-        lanes = _ensure_lanes(k)
+        lanes = _ensure_lanes(k, stream.ordinal)
         with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):
@@ -536,13 +539,13 @@ def _lane_scratch(lanes, nbytes: int):
     scratch = {}
     try:
         for lane in lanes:
-            scratch[id(lane)] = rt.malloc(nbytes, _LaneStream(lane.stream)) if nbytes else 0
+            scratch[id(lane)] = rt.malloc(nbytes, lane.raw) if nbytes else 0
         yield scratch
     finally:
         for lane in lanes:
             ptr = scratch.get(id(lane))
             if ptr:
-                rt.free(ptr, _LaneStream(lane.stream))
+                rt.free(ptr, lane.raw)
 
 
 def _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale):
@@ -605,7 +608,7 @@ def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kerne
         out_offs.append((off, doff))
         off += _round(v.nbytes)
         doff += _round(v.nbytes)
-    kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), _LaneStream(s)))
+    kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), lane.raw))
     for v, (ho, do) in zip(outs, out_offs):
         rt.copy_dtoh(lane.slot.ptr + ho, dbase + do, v.nbytes, s)
     lane.event.record(s)
@@ -678,8 +681,8 @@ def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
             optrs.append(dbase + off)
             off += _round(v.nbytes)
         launch(dptrs, optrs, stream)
-        if off > first:
-            rt.copy_dtoh(buf.ptr + first, dbase + first, off - first, stream.cu)
+        for v, dp in zip(outs, optrs):        # each output's own bytes: the padding was never written
+            rt.copy_dtoh(buf.ptr + (dp - dbase), dp, v.nbytes, stream.cu)
         rt.stream_synchronize(stream.cu)
         o = first
         for v in outs:
@@ -705,7 +708,7 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
         per = max(align, per_dev // align * align)
         blocks = list(chunks((n,), per))
         k = min(len(blocks), _limits.threads)
-        lanes = _ensure_lanes(k)
+        lanes = _ensure_lanes(k, stream.ordinal)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, (n,), (n,), per, True, out_scale, in_scale,
                                            scratch_per_elem)
         with _lane_scratch(lanes, dev_bytes) as scratch:
@@ -722,7 +725,7 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
                     rt.copy_htod(dp, v.ctypes.data, v.nbytes, s)
                 optrs = ptrs[len(ins):]
                 kernel(DeviceChunk(tuple(ptrs[:len(ins)]), tuple(tuple(v.shape) for v in ins), tuple(optrs),
-                                   tuple(tuple(v.shape) for v in outs), _LaneStream(s)))
+                                   tuple(tuple(v.shape) for v in outs), lane.raw))
                 for v, dp in zip(outs, optrs):
                     rt.copy_dtoh(v.ctypes.data, dp, v.nbytes, s)
                 lane.event.record(s)

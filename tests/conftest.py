@@ -38,6 +38,13 @@ def pytest_runtest_setup(item):
             pytest.skip(reason)
 
 
+@pytest.fixture(autouse=True)
+def _stand_in_memory_stays_in_its_test():
+    yield
+    from . import fake_cuda
+    fake_cuda.disarm()
+
+
 @pytest.fixture
 def rng(request):
     # fresh data every run, but reproducible from the printed seed when a test fails
@@ -51,9 +58,13 @@ def small_grid(monkeypatch):
     """Pretend the device has 1 SM of 256 threads: grids shrink to a few blocks, so every
     grid-stride loop runs many trips on test-sized inputs."""
     import pyew
-    tiny = dataclasses.replace(pyew.runtime.device(), sms=1, threads_per_sm=256)
-    monkeypatch.setattr(pyew.runtime, "device", lambda: tiny)
-    return tiny
+    rt = pyew.runtime
+    tiny = dataclasses.replace(rt.device(), sms=1, threads_per_sm=256)
+    pyew.transfer.release()             # lanes made before keep the real dims
+    monkeypatch.setitem(rt._props, tiny.ordinal, tiny)
+    monkeypatch.setattr(rt.default_stream(tiny.ordinal), "_dims", None)
+    yield tiny
+    pyew.transfer.release()
 
 
 @pytest.fixture
@@ -85,6 +96,19 @@ def jax_gpu():
     except Exception as e:
         pytest.skip(f"JAX has no GPU backend: {e}")
     return jax
+
+
+@pytest.fixture
+def fakes(monkeypatch, transfer_limits):
+    """The CPU stand-ins for the CUDA runtime and the kernels (tests/fake_cuda.py, fake_kernels.py),
+    with a transfer engine small enough that test-sized arrays stream in many blocks. The engine's
+    pinned slots are the stand-in's memory, so they are released with it."""
+    import pyew
+
+    from .fake_kernels import install_all
+    transfer_limits(pinned_bytes=2 << 20, device_bytes=256 * 1024, threads=3, small_bytes=4096)
+    yield install_all(monkeypatch)
+    pyew.transfer.release()
 
 
 @pytest.fixture

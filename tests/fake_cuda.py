@@ -19,6 +19,7 @@ class FakeCuda:
         self.registered: set[int] = set()
         self.copies = 0
         self.fail_after_copies: int | None = None
+        self.owner: dict[int, int] = {}         # device pointer -> the GPU it was allocated on
 
     # device memory
     def malloc(self, nbytes, stream):
@@ -28,12 +29,14 @@ class FakeCuda:
         ptr = ctypes.addressof(buf)
         with self.lock:
             self.device_blocks[ptr] = buf
+            self.owner[ptr] = getattr(stream, "ordinal", 0)
         return ptr
 
     def free(self, ptr, stream, nbytes=0):
         if ptr:
             with self.lock:
                 del self.device_blocks[ptr]
+                self.owner.pop(ptr, None)
 
     def host_alloc(self, nbytes):
         buf = (ctypes.c_uint8 * nbytes)()
@@ -74,11 +77,44 @@ class _Event:
         return True
 
 
+def one_gpu(monkeypatch, props) -> None:
+    """Make the runtime see exactly one GPU with these attributes."""
+    monkeypatch.setattr(rt, "_count", 1)
+    monkeypatch.setattr(rt, "_several", False)
+    monkeypatch.setattr(rt, "_props", {0: props})
+    monkeypatch.setattr(rt.DEFAULT_STREAM, "_dims", None)
+
+
+_installed: list[FakeCuda] = []
+
+
+def disarm() -> None:
+    """Detach the stand-in's memory from everything that outlives its test. A DeviceArray made over
+    the stand-in can live on (a failed test's traceback holds its frames); when it dies, the real
+    runtime's free would get a host address, and a small one would be handed out again as GPU
+    memory. So its pointer is dropped here, and any such pointer kept for reuse is forgotten."""
+    if not _installed:
+        return
+    import gc
+
+    from pyew.array import Buffer
+    fake = set()
+    for f in _installed:
+        fake.update(f.device_blocks)
+    for obj in gc.get_objects():
+        if type(obj) is Buffer and obj.ptr in fake:
+            obj.ptr = 0
+    for s in list(rt._defaults.values()):
+        for kept in s.reuse.values():
+            kept[:] = [p for p in kept if p not in fake]
+    _installed.clear()
+
+
 def install(monkeypatch) -> FakeCuda:
     """Replace the runtime's CUDA calls with the fake; returns it for inspection."""
     f = FakeCuda()
-    dev = rt.Device(0, "fake", (9, 0), 4, 2048, 1 << 30, 1 << 20, None)
-    monkeypatch.setattr(rt, "_device", dev)
+    _installed.append(f)
+    one_gpu(monkeypatch, rt.DeviceProps(0, "fake", (9, 0), 4, 2048, 1 << 30, 1 << 20, None))
     monkeypatch.setattr(rt, "malloc", f.malloc)
     monkeypatch.setattr(rt, "free", f.free)
     monkeypatch.setattr(rt, "host_alloc", f.host_alloc)
@@ -90,7 +126,7 @@ def install(monkeypatch) -> FakeCuda:
     monkeypatch.setattr(rt, "copy_dtod", lambda d, s, n, st: f.copy(d, s, n))
     monkeypatch.setattr(rt, "memset", lambda p, v, n, st: ctypes.memset(p, v, n))
     counter = iter(range(1000, 10**9))
-    monkeypatch.setattr(rt, "new_stream", lambda: next(counter))
+    monkeypatch.setattr(rt, "new_stream", lambda ordinal: next(counter))
     monkeypatch.setattr(rt, "destroy_stream", lambda s: None)
     monkeypatch.setattr(rt, "stream_synchronize", lambda s: None)
     monkeypatch.setattr(rt, "wait_event", lambda s, e: None)
@@ -106,3 +142,54 @@ def device_view(ptr: int, dtype, shape) -> np.ndarray:
     n = int(np.prod(shape)) if shape else 1
     raw = (ctypes.c_uint8 * (n * dtype.itemsize)).from_address(ptr)
     return np.frombuffer(raw, dtype=dtype, count=n).reshape(shape)
+
+
+class FakeRuntimeAPI:
+    """The few cuda.bindings.runtime calls pyew makes to pick a GPU, for a simulated machine of
+    several GPUs: a current device per thread, and pointer attributes from FakeCuda's allocations."""
+
+    def __init__(self, cuda: FakeCuda, count: int):
+        self.cuda = cuda
+        self.count = count
+        self.local = threading.local()
+        self.switches = 0
+
+    def current(self) -> int:
+        return getattr(self.local, "device", 0)
+
+    def cudaGetDevice(self):
+        return (0, self.current())
+
+    def cudaSetDevice(self, i):
+        assert 0 <= i < self.count, i
+        self.switches += 1
+        self.local.device = i
+        return (0,)
+
+    def cudaPointerGetAttributes(self, ptr):
+        class Attrs:
+            device = self.cuda.owner[ptr]
+        return (0, Attrs())
+
+    def cudaDeviceCanAccessPeer(self, i, j):
+        return (0, 1)
+
+    @staticmethod
+    def cudaStream_t(handle):
+        return handle
+
+
+def install_gpus(monkeypatch, count: int) -> tuple[FakeCuda, FakeRuntimeAPI]:
+    """The fake runtime of install(), on a simulated machine of `count` GPUs."""
+    f = install(monkeypatch)
+    api = FakeRuntimeAPI(f, count)
+    monkeypatch.setattr(rt, "_defaults", {i: rt._DefaultStream(i) for i in range(count)})
+    monkeypatch.setattr(rt, "_rt", api)
+    monkeypatch.setattr(rt, "_count", count)
+    monkeypatch.setattr(rt, "_several", count > 1)
+    monkeypatch.setattr(rt, "_props", {i: rt.DeviceProps(i, f"fake {i}", (9, 0), 4, 2048, 1 << 30, 1 << 20, None)
+                                       for i in range(count)})
+    monkeypatch.setattr(rt, "copy_peer", lambda d, dj, s, si, n, st: f.copy(d, s, n))
+    for d in rt._defaults.values():
+        d.cu = 0
+    return f, api

@@ -29,7 +29,9 @@ def poison(a):
     bits = {2: 0x7E00 if info.name == "float16" else 0x7FC0, 4: 0x7FC00000 if info.kind == "float" else 0x5A5A5A5A,
             8: 0x7FF8000000000000 if info.kind == "float" else 0x5A5A5A5A5A5A5A5A}[info.itemsize]
     if a.size:
-        pyew.call.fill(a.ptr, a.size, info, bits, pyew.runtime.DEFAULT_STREAM)
+        rt = pyew.runtime
+        with rt.on(a.device.id):
+            pyew.call.fill(a.ptr, a.size, info, bits, rt.default_stream(a.device.id))
     return a
 
 

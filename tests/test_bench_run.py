@@ -27,7 +27,7 @@ from pyew.bench.timing import Timing
 from pyew.errors import CudaError
 
 from . import reference
-from .fake_cuda import device_view, install
+from .fake_cuda import device_view, install, one_gpu
 from .test_bench import fake_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,10 +142,10 @@ def fake_gpu(monkeypatch, tmp_path):
     raw = make_manifest(load([SPEC]))
     lib = FakeLib(raw)
     fake = install(monkeypatch)
-    dev = rt.Device(0, "Fake GPU", (9, 0), SMS, TPSM, 80 << 30, 1 << 20, None)
+    dev = rt.DeviceProps(0, "Fake GPU", (9, 0), SMS, TPSM, 80 << 30, 1 << 20, None)
     info = {"ordinal": 0, "name": "Fake GPU", "capability": (9, 0), "sms": SMS, "threads_per_sm": TPSM,
             "l2_bytes": 1 << 20, "total_memory": 80 << 30, "free_memory": 70 << 30}
-    monkeypatch.setattr(rt, "_device", dev)
+    one_gpu(monkeypatch, dev)
     monkeypatch.setattr(rt, "device_info", lambda: info)
     monkeypatch.setattr(rt, "synchronize", lambda: None)
     monkeypatch.setattr(rt, "trim_pool", lambda keep_bytes=0: None)

@@ -11,7 +11,6 @@ import pyew
 from pyew import dtypes as dt
 from pyew.operands import HOST, SCALAR, Operand, broadcast_strides, collapse, kernel_dtype, result_dtype
 
-from .fake_kernels import install_all
 from .helpers import manifest_ops
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -72,13 +71,6 @@ def test_collapse(shape, in_shapes, want_shape, want_strides):
 
 
 # ---- whole calls over the stand-ins -------------------------------------------------------------------
-
-@pytest.fixture
-def fakes(monkeypatch, transfer_limits):
-    transfer_limits(pinned_bytes=2 << 20, device_bytes=256 * 1024, threads=3, small_bytes=4096)
-    yield install_all(monkeypatch)
-    pyew.transfer.release()
-
 
 @needs_lib
 @pytest.mark.parametrize("n", [0, 1, 1000, 300_001])

@@ -16,6 +16,7 @@ from .fake_cuda import install
 class _S:
     cu = 0
     handle = 0
+    ordinal = 0
 
 
 class FakeCAI:

@@ -65,7 +65,7 @@ def test_dlpack_export_arguments(torch_cuda, rng):
     c = torch_cuda.utils.dlpack.from_dlpack(d.__dlpack__(copy=True))
     assert c.data_ptr() != d.ptr and np.array_equal(c.cpu().numpy(), a)
     assert d.__dlpack_device__() == (dlpack.KDL_CUDA, pyew.device_info()["ordinal"])
-    with pytest.raises(BufferError, match="only to its GPU"):
+    with pytest.raises(BufferError, match=r"is on \(kDLCUDA, 0\) and pyew exports it only there"):
         d.__dlpack__(dl_device=(1, 0))
     with pytest.raises(BufferError, match="other than 0"):
         d.__dlpack__(stream=0)
@@ -180,3 +180,30 @@ def test_special_ops_take_foreign_arrays(torch_cuda, rng):
     out = poison(pyew.empty(4096, "float32"))
     pyew.relu_mask_backward(t, m, out=out)
     np.testing.assert_array_equal(out.get(), np.where(a > 0, a, 0))
+
+
+def test_external_streams(torch_cuda, cupy, rng):
+    """stream= and `with` take another library's stream: pyew's work is ordered with its work."""
+    torch = torch_cuda
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.empty(1 << 22, device="cuda")
+        torch.cuda._sleep(100_000_000)                      # keeps the side stream busy
+        x.fill_(3.0)
+    s = pyew.ExternalStream(side.cuda_stream)
+    assert s.device == pyew.Device(x.device.index)
+    r = pyew.add(x, 1.0, stream=s)
+    with s:
+        r2 = pyew.relu(x)
+    with torch.cuda.stream(side):
+        back = torch.from_dlpack(r)                          # consumed on the same stream: no wait needed
+        assert float(back.min()) == 4.0 and float(back.max()) == 4.0
+    side.synchronize()
+    np.testing.assert_array_equal(r2.get(), np.full(1 << 22, 3.0, np.float32))
+    a = random_array(rng, 5000, "float32")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    with cs:
+        c = cupy.asarray(a)
+        out = cupy.empty_like(c)
+        pyew.mul(c, 2.0, out=out, stream=pyew.ExternalStream(cs.ptr))
+        np.testing.assert_array_equal(cupy.asnumpy(out), a * 2)   # CuPy reads it on its stream

@@ -20,6 +20,12 @@ def test_the_readme_has_examples():
 def test_readme_example_runs(i, request):
     code = BLOCKS[i]
     scope: dict = {}
+    if "device=1" in code:
+        import pyew
+        if pyew.device_count() < 2:
+            pytest.skip("the example needs two GPUs")
+    if "dask_cuda" in code:
+        pytest.importorskip("dask_cuda")
     if "import torch" in code:
         request.getfixturevalue("torch_cuda")
         exec(BLOCKS[0], scope)               # the torch example continues the quickstart's names

@@ -18,7 +18,7 @@ from generator.render import generate
 from generator.spec import SpecError, load, parse_text
 from pyew import dtypes as dt
 from pyew import library
-from pyew.array import DeviceArray
+from pyew.array import DeviceArray, Foreign
 from pyew.errors import LibraryError
 
 from .helpers import header_compiles_as_c
@@ -170,7 +170,7 @@ _fake_ptrs = iter(range(1 << 20, 1 << 40, 1 << 20))
 def fake(shape, dtype):
     """A DeviceArray that owns no memory (each at its own address): enough for checks that must
     fail before any use."""
-    return DeviceArray(object(), next(_fake_ptrs), tuple(shape), dt.BY_NAME[dtype])
+    return DeviceArray(Foreign(None), next(_fake_ptrs), tuple(shape), dt.BY_NAME[dtype])
 
 
 def f32(*shape):

@@ -18,6 +18,8 @@ from .fake_cuda import device_view, install
 class _S:
     cu = 0
     handle = 0
+    ordinal = 0
+    dims = (4, 2048)
 
 
 S = _S()

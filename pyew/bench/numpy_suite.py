@@ -320,7 +320,7 @@ def pcie(run) -> None:
             held["host"].append(rt.host_alloc(nbytes))
             held["dev"].append(rt.malloc(nbytes, s))
         for _ in range(2):
-            held["streams"].append(rt.new_stream())
+            held["streams"].append(rt.new_stream(s.ordinal))
         h_src, h_dst = held["host"]
         d_a, d_b = held["dev"]
         l0, l1 = held["streams"]
@@ -339,8 +339,8 @@ def pcie(run) -> None:
             rt.wait_event(l1, start)
             rt.copy_htod(d_a, h_src, nbytes, l0)
             rt.copy_dtoh(h_dst, d_b, nbytes, l1)
-            rt.stream_wait(cu, l0)
-            rt.stream_wait(cu, l1)
+            rt.stream_wait(s, rt.RawStream(l0, s.ordinal))
+            rt.stream_wait(s, rt.RawStream(l1, s.ordinal))
 
         for name, moved, work in (("pinned H2D", nbytes, h2d), ("pinned D2H", nbytes, d2h),
                                   ("pinned both ways", 2 * nbytes, None)):

@@ -10,7 +10,9 @@ import inspect
 from typing import Callable
 
 from .. import library
+from ..call import device_of
 from ..errors import LibraryError
+from ..runtime import on, several
 
 BINDERS: dict[str, Callable] = {}
 _table: dict[str, Callable] | None = None
@@ -29,6 +31,10 @@ def binder(kind: str):
 
 def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str) -> Callable:
     def op(*args, **kwargs):
+        if several():
+            # run on the operands' GPU, restoring the caller's current device afterwards
+            with on(device_of(args, kwargs.get("out"), kwargs.get("stream"))):
+                return impl(*args, **kwargs)
         return impl(*args, **kwargs)
     op.__name__ = op.__qualname__ = name
     op.__module__ = "pyew"

@@ -23,7 +23,6 @@ class MapOp:
         self.host_fast = {d.np: v for d, v in self.fast.items()}   # the same, by numpy dtype
         self.default_pvals = (None if any(p.default is None for p in op.params)
                               else call.param_values(op, {}))
-        self._dims = None     # (SMs, threads per SM) of the device, once it is open
 
     def __call__(self, *args, out=None, stream=None, **kw):
         # The common case on the GPU, with less Python per call: DeviceArrays of one dtype and
@@ -33,22 +32,25 @@ class MapOp:
             a0 = args[0]
             t0 = type(a0)
             if t0 is DeviceArray:
-                info, shape = a0._info, a0.shape
+                info, shape, where = a0._info, a0.shape, a0._buf.stream.ordinal
                 for a in args:
-                    if type(a) is not DeviceArray or a._info is not info or a.shape != shape:
+                    if type(a) is not DeviceArray or a._info is not info or a.shape != shape \
+                            or a._buf.stream.ordinal != where:
                         break
                 else:
                     entry = self.fast.get(info)
-                    if entry is not None:
+                    s = rt.resolve_stream(stream)
+                    if entry is not None and s.ordinal == where:
                         if out is None:
-                            return self._run_device(entry, args, rt.resolve_stream(stream), None)
-                        if type(out) is DeviceArray and out._info is entry[1] and out.shape == shape:
+                            return self._run_device(entry, args, s, None)
+                        if type(out) is DeviceArray and out._info is entry[1] and out.shape == shape \
+                                and out._buf.stream.ordinal == where:
                             ob = out._buf
                             for a in args:
                                 if a._buf is ob and (a.ptr != out.ptr or a.nbytes != out.nbytes):
                                     break
                             else:
-                                return self._run_device(entry, args, rt.resolve_stream(stream), out)
+                                return self._run_device(entry, args, s, out)
             elif t0 is np.ndarray and out is None:
                 # small numpy arrays of one dtype and shape: one shot, without the general path
                 dtype, shape = a0.dtype, a0.shape
@@ -101,11 +103,7 @@ class MapOp:
 
     def _launch(self, entry, out_ptr, in_ptrs, n, s):
         fn, _, sym = entry
-        dims = self._dims
-        if dims is None:
-            dev = rt.device()
-            dims = self._dims = (dev.sms, dev.threads_per_sm)
-        rc = fn(out_ptr, *in_ptrs, n, *self.default_pvals, s.handle, *dims)
+        rc = fn(out_ptr, *in_ptrs, n, *self.default_pvals, s.handle, *s.dims)
         if rc:
             library.get().check(rc, sym)
 

@@ -1,0 +1,211 @@
+"""pyew ops on dask arrays: blockwise, on numpy chunks (through the transfer engine) and on CuPy
+chunks (on their GPU, without a copy), on any Dask scheduler.
+
+    import dask.array as da, pyew, pyew.dask as ed
+    x = da.random.random((1 << 28,), chunks=1 << 24).astype("float32")
+    y = ed.gelu(ed.add(ed.mul(x, 0.5), 0.1))                 # lazy dask arrays, like dask's ufuncs
+    z = ed.map_blocks(lambda x: pyew.gelu(pyew.add(pyew.mul(x, 0.5), 0.1)), x)   # one upload per chunk
+
+Every map op of the loaded library is a function here (`pyew.dask.gelu`), and `map(op, *args)`
+takes an op or its name. They behave as dask's own ufuncs do: numpy broadcasting between dask
+arrays, numpy arrays and scalars; the result dtype is pyew's (numpy's promotion) and is known
+without running anything, so building a graph needs no GPU. Each chunk keeps its array type: numpy
+chunks give numpy chunks, CuPy chunks give CuPy chunks (pyew's work queues on CuPy's current
+stream, so CuPy code that follows is ordered after it).
+
+`map_blocks(func, *args)` runs a function of DeviceArrays per chunk: numpy chunks go to the GPU
+once, every op of `func` runs there, and the result comes back once. With numpy chunks that is
+the way to run a pipeline of several ops: the op functions move each chunk across PCIe per op.
+
+On a cluster each worker's pyew uses its current GPU: dask-cuda's LocalCUDACluster gives every
+worker its own GPU as device 0 (CUDA_VISIBLE_DEVICES), so nothing pyew-specific is configured.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+
+try:
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+except ImportError as e:        # pragma: no cover - depends on the environment
+    raise ImportError(f"pyew.dask needs dask ({e}): pip install 'pyew[dask]', or pip install 'dask[array]' "
+                      "distributed") from e
+
+from . import dtypes as dt
+from . import kinds, library
+from .array import DeviceArray
+from .interop import asarray
+from .operands import HOST, SCALAR, Operand, kernel_dtype, result_dtype
+from .runtime import Device, ExternalStream
+
+__all__ = ["map", "map_blocks"]
+
+
+# ---- the op functions -----------------------------------------------------------------------------
+
+def _map_op(op) -> library.Op:
+    """The library's map op for `op` (a pyew op function or its name)."""
+    name = op if isinstance(op, str) else getattr(op, "__name__", None)
+    spec = library.get().manifest.op(name) if isinstance(name, str) else None
+    if spec is None or spec.kind != "map" or (not isinstance(op, str) and kinds.table().get(name) is not op):
+        shown = repr(op) if isinstance(op, str) else type(op).__name__
+        raise TypeError(f"pyew.dask.map: {shown} is not a map op of the loaded library (pyew.ops() lists them; "
+                        "map_blocks runs any function of DeviceArrays)")
+    return spec
+
+
+def _operand(a, name: str) -> Operand:
+    if isinstance(a, (bool, int, float)):
+        return Operand(name, SCALAR, a, None, ())
+    npd = np.dtype(a.dtype)
+    info = dt.lookup(npd)
+    if isinstance(a, np.generic) or getattr(a, "ndim", 1) == 0:
+        return Operand(name, SCALAR, np.zeros((), npd)[()], info, ())
+    return Operand(name, HOST, np.zeros(1, npd), info, (1,))
+
+
+def _result_dtype(op, *args) -> np.dtype:
+    """The dtype pyew gives op(*args): numpy's promotion of the inputs, then the op's kernel."""
+    spec = _map_op(op)
+    if len(args) != len(spec.inputs):
+        raise TypeError(f"{spec.name}() takes {len(spec.inputs)} input(s) ({', '.join(spec.inputs)}), got {len(args)}")
+    try:
+        operands = [_operand(a, n) for a, n in zip(args, spec.inputs)]
+    except (KeyError, TypeError):
+        bad = next(a for a in args if not isinstance(a, (bool, int, float)) and not _known(a))
+        raise TypeError(f"{spec.name}: a {getattr(bad, 'dtype', type(bad).__name__)} input, which pyew does not "
+                        "support") from None
+    kd = kernel_dtype(result_dtype(operands, spec.name), spec.dtypes, spec.name)
+    return spec.kernel(kd).out_dtype.np
+
+
+def _known(a) -> bool:
+    try:
+        dt.lookup(np.dtype(a.dtype))
+        return True
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def map(op, *args, **params):
+    """op(*args, **params) blockwise over dask arrays (numpy arrays and scalars broadcast in, as with
+    dask's ufuncs). Returns a dask array; nothing runs until it is computed."""
+    spec = _map_op(op)
+    unknown = set(params) - {p.name for p in spec.params}
+    if unknown:
+        raise TypeError(f"{spec.name}() has no param(s) {', '.join(sorted(unknown))}; it takes "
+                        f"{', '.join(p.name for p in spec.params) or 'none'}")
+    arrays = [a if _is_scalar(a) else da.asarray(a) for a in args]
+    dtype = _result_dtype(spec.name, *arrays)
+    dims = [a.ndim for a in arrays if not _is_scalar(a)]
+    if not dims:
+        raise TypeError(f"pyew.dask.{spec.name}: give at least one array (for scalars call pyew.{spec.name})")
+    ndim = max(dims)
+    like = next(a for a in arrays if not _is_scalar(a))
+    meta = meta_from_array(like._meta, ndim=ndim, dtype=dtype)
+    pairs = []
+    for a in arrays:
+        pairs += [a, None] if _is_scalar(a) else [a, tuple(range(ndim - a.ndim, ndim))]
+    return da.blockwise(functools.partial(_apply_op, spec.name, dtype, params), tuple(range(ndim)), *pairs,
+                        dtype=dtype, meta=meta, name=f"pyew-{spec.name}-{da.core.tokenize(spec.name, params, *args)}")
+
+
+def _is_scalar(a) -> bool:
+    return isinstance(a, (bool, int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0)
+
+
+def _apply_op(name: str, dtype: np.dtype, params: dict, *blocks):
+    fn = kinds.table()[name]
+    gpu = _gpu_block(blocks)
+    if gpu is None:
+        return fn(*blocks, **params)             # numpy in, numpy out
+    shape = np.broadcast_shapes(*(b.shape for b in blocks if hasattr(b, "shape")))
+    out, stream = _empty_like(gpu, shape, dtype)
+    fn(*blocks, out=out, stream=stream, **params)
+    return out
+
+
+def _gpu_block(blocks):
+    """The first chunk that lives on a GPU (a CuPy array), or None if all are host data."""
+    for b in blocks:
+        if _is_cupy(b):
+            return b
+    return None
+
+
+def _empty_like(gpu, shape, dtype):
+    """A new CuPy array on gpu's device, and a pyew stream for CuPy's current stream there."""
+    cupy = sys.modules["cupy"]
+    with cupy.cuda.Device(gpu.device.id):
+        out = cupy.empty(shape, dtype)
+        stream = ExternalStream(cupy.cuda.get_current_stream().ptr, Device(gpu.device.id))
+    return out, stream
+
+
+# ---- functions of DeviceArrays per chunk -----------------------------------------------------------
+
+def map_blocks(func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=None, **kwargs):
+    """func(*blocks, **kwargs) per chunk, with each array chunk given to func as a DeviceArray on
+    the worker's GPU: numpy chunks are copied up once, CuPy chunks are used in place. func runs
+    pyew ops (or anything that takes DeviceArrays) and returns a DeviceArray, which comes back as
+    numpy for numpy chunks, or CuPy for CuPy chunks. dtype defaults to the first array's; chunks,
+    drop_axis and new_axis are dask.array.map_blocks's."""
+    arrays = [a for a in args if isinstance(a, da.Array)]
+    if not arrays:
+        raise TypeError("pyew.dask.map_blocks: give at least one dask array")
+    like = arrays[0]
+    dtype = np.dtype(like.dtype if dtype is None else dtype)
+    meta = meta_from_array(like._meta, dtype=dtype)
+    extra = {k: v for k, v in (("chunks", chunks), ("drop_axis", drop_axis), ("new_axis", new_axis))
+             if v is not None}
+    return da.map_blocks(functools.partial(_apply_func, func, dtype), *args, dtype=dtype, meta=meta,
+                         name=f"pyew-{getattr(func, '__name__', 'func')}-{da.core.tokenize(func, *args, kwargs)}",
+                         **extra, **kwargs)
+
+
+def _apply_func(func, dtype: np.dtype, *blocks, **kwargs):
+    gpu = _gpu_block(blocks)
+    if gpu is None:
+        ins = [asarray(b) if isinstance(b, np.ndarray) else b for b in blocks]
+        return _checked(func(*ins, **kwargs), func, dtype).get()
+    cupy = sys.modules["cupy"]
+    index = gpu.device.id
+    with cupy.cuda.Device(index):
+        # func's ops queue on CuPy's current stream, and CuPy takes the result through DLPack
+        # without a copy: what CuPy does next with it is ordered after them, with no host wait
+        with ExternalStream(cupy.cuda.get_current_stream().ptr, index):
+            ins = [asarray(b, device=index) if isinstance(b, np.ndarray) or b is gpu or _is_cupy(b) else b
+                   for b in blocks]
+            res = _checked(func(*ins, **kwargs), func, dtype)
+        return cupy.from_dlpack(res)
+
+
+def _is_cupy(b) -> bool:
+    return type(b).__module__.split(".")[0] == "cupy"
+
+
+def _checked(res, func, dtype: np.dtype) -> DeviceArray:
+    if not isinstance(res, DeviceArray):
+        raise TypeError(f"pyew.dask.map_blocks: {getattr(func, '__name__', 'func')} returned a "
+                        f"{type(res).__name__}; it must return a pyew DeviceArray")
+    if res.dtype != dtype:
+        raise TypeError(f"pyew.dask.map_blocks: {getattr(func, '__name__', 'func')} returned {res.dtype}, but the "
+                        f"dask array was declared {dtype}: pass dtype={res.dtype.name!r}")
+    return res
+
+
+def __getattr__(name: str):
+    if name.startswith("_"):
+        raise AttributeError(name)
+    spec = library.get().manifest.op(name)
+    if spec is None or spec.kind != "map":
+        raise AttributeError(f"module 'pyew.dask' has no attribute {name!r} (not a map op of the loaded library; "
+                             "see pyew.ops())")
+    fn = functools.partial(map, name)
+    fn.__name__ = fn.__qualname__ = name           # type: ignore[attr-defined]
+    fn.__doc__ = f"pyew.{name} blockwise over dask arrays. {spec.doc}"
+    globals()[name] = fn
+    return fn

@@ -1,0 +1,101 @@
+"""pyew.dask without a GPU: graphs, dtypes, chunks and metadata built without touching CUDA, and
+whole computations over numpy chunks through the real call layer on the CPU stand-ins
+(tests/fake_cuda.py, fake_kernels.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyew
+
+from .helpers import manifest_ops
+
+da = pytest.importorskip("dask.array")
+pytestmark = pytest.mark.skipif(not manifest_ops(), reason="libew.so not built (make all)")
+
+
+@pytest.fixture
+def ed():
+    import pyew.dask
+    return pyew.dask
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Any CUDA use fails the test: building a graph must not need a GPU."""
+    def boom(*a, **k):
+        raise AssertionError("CUDA touched while building a graph")
+    for name in ("device", "props", "malloc", "copy_htod", "copy_dtoh", "current_ordinal"):
+        monkeypatch.setattr(pyew.runtime, name, boom)
+
+
+def test_graphs_need_no_gpu(ed, no_gpu):
+    x = da.ones((100, 40), chunks=(30, 40), dtype=np.float16)
+    w = np.ones(40, np.float32)
+    y = ed.gelu(ed.add(ed.mul(x, w), 0.5))
+    assert y.shape == (100, 40) and y.chunks == x.chunks and y.dtype == np.float32    # f16 * f32 -> f32
+    assert type(y._meta) is np.ndarray and y._meta.dtype == np.float32
+    assert ed.add(da.ones(5, chunks=2, dtype=np.int32), 2.5).dtype == np.float64        # like numpy 2
+    assert ed.add(da.ones(5, chunks=2, dtype=np.int32), 7).dtype == np.int32            # a weak Python int
+    assert ed.sigmoid(da.ones(5, chunks=2, dtype=np.int64)).dtype == np.float64        # as np.exp(int64)
+    assert ed.map_blocks(lambda c: c, x, dtype="float32").dtype == np.float32
+    assert pyew.dask is ed and ed.gelu.__name__ == "gelu" and "GELU" in ed.gelu.__doc__
+
+
+def test_numpy_chunks_compute_like_the_ops(ed, fakes, rng):
+    a = rng.standard_normal((70, 33)).astype(np.float32)
+    w = rng.standard_normal(33).astype(np.float32)
+    x = da.from_array(a, chunks=(20, 15))                    # ragged chunks on both axes
+    wd = da.from_array(w, chunks=11)                         # a dask operand with other chunks
+    for y in (ed.gelu(ed.add(ed.mul(x, w), 0.25)), ed.gelu(ed.add(ed.mul(x, wd), 0.25))):
+        got = y.compute(scheduler="sync")
+        assert type(got) is np.ndarray and got.dtype == np.float32
+        np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(a, w), 0.25)))
+    col = rng.standard_normal((70, 1)).astype(np.float32)    # a broadcast column
+    np.testing.assert_array_equal(ed.add(x, col).compute(scheduler="threads"), a + col)
+
+
+def test_map_takes_an_op_or_its_name_and_params(ed, fakes, rng):
+    a = rng.standard_normal(50).astype(np.float32)
+    x = da.from_array(a, chunks=16)
+    np.testing.assert_array_equal(ed.map(pyew.relu, x).compute(scheduler="sync"), np.maximum(a, 0))
+    np.testing.assert_array_equal(ed.map("elu", x, alpha=0.5).compute(scheduler="sync"), pyew.elu(a, alpha=0.5))
+
+
+def test_map_blocks_runs_a_function_of_device_arrays(ed, fakes, rng):
+    a = rng.standard_normal((40, 6)).astype(np.float32)
+    x = da.from_array(a, chunks=(16, 6))
+    seen = []
+
+    def f(c, w):
+        seen.append(type(c))
+        return pyew.sigmoid(pyew.mul(c, w))
+
+    y = ed.map_blocks(f, x, np.float32(2))
+    got = y.compute(scheduler="sync")
+    assert set(seen) == {pyew.DeviceArray} and type(got) is np.ndarray
+    np.testing.assert_array_equal(got, pyew.sigmoid(a * np.float32(2)))
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda ed, x: ed.map("relu_mask", x), TypeError, "'relu_mask' is not a map op"),
+    (lambda ed, x: ed.map("nosuch", x), TypeError, "'nosuch' is not a map op"),
+    (lambda ed, x: ed.map(len, x), TypeError, "builtin_function_or_method is not a map op"),
+    (lambda ed, x: ed.map("elu", x, beta=1.0), TypeError, r"elu\(\) has no param\(s\) beta; it takes alpha"),
+    (lambda ed, x: ed.add(x), TypeError, r"add\(\) takes 2 input\(s\)"),
+    (lambda ed, x: ed.gelu(1.0), TypeError, "give at least one array"),
+    (lambda ed, x: ed.gelu(x.astype(np.complex64)), TypeError, "complex64 input, which pyew does not support"),
+    (lambda ed, x: ed.nosuch, AttributeError, "'nosuch' .*not a map op"),
+    (lambda ed, x: ed.map_blocks(pyew.relu, 3.0), TypeError, "give at least one dask array"),
+])
+def test_bad_calls_say_what_is_wrong(ed, no_gpu, call, err, match):
+    with pytest.raises(err, match=match):
+        call(ed, da.ones(8, chunks=4, dtype=np.float32))
+
+
+def test_map_blocks_checks_what_the_function_returns(ed, fakes):
+    x = da.ones(8, chunks=4, dtype=np.float32)
+    with pytest.raises(TypeError, match="returned a ndarray; it must return a pyew DeviceArray"):
+        ed.map_blocks(lambda c: np.ones(4), x).compute(scheduler="sync")
+    with pytest.raises(TypeError, match="returned float64, but the dask array was declared float32"):
+        ed.map_blocks(lambda c: pyew.add(c, np.float64(1)), x).compute(scheduler="sync")
