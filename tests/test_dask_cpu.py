@@ -99,3 +99,27 @@ def test_map_blocks_checks_what_the_function_returns(ed, fakes):
         ed.map_blocks(lambda c: np.ones(4), x).compute(scheduler="sync")
     with pytest.raises(TypeError, match="returned float64, but the dask array was declared float32"):
         ed.map_blocks(lambda c: pyew.add(c, np.float64(1)), x).compute(scheduler="sync")
+
+
+def test_without_dask_the_import_says_what_to_install():
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+    code = ("import sys; sys.modules['dask'] = None\n"
+            "try:\n    import pyew.dask\nexcept ImportError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "pyew.dask needs dask" in r.stdout and "pip install 'pyew[dask]'" in r.stdout, r.stdout + r.stderr
+
+
+def test_bench_dask_arguments(capsys):
+    from pyew.bench import dask_scaling
+    assert dask_scaling._count("2**26") == 1 << 26 and dask_scaling._count("4096") == 4096
+    with pytest.raises(SystemExit):
+        dask_scaling.main(["--elements", "lots"])
+    assert "is not a count" in capsys.readouterr().err
+    try:
+        import dask_cuda  # noqa: F401
+    except ImportError:
+        assert dask_scaling.main(["--gpus", "1"]) == 2
+        assert "needs dask, distributed and dask-cuda" in capsys.readouterr().err
