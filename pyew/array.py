@@ -272,7 +272,7 @@ class DeviceArray:
 
     def to_device(self, device, stream=None) -> "DeviceArray":
         """This array on GPU `device` (an int or a pyew.Device): itself if it is there already, else a
-        copy, peer-to-peer (NVLink or PCIe) where the GPUs allow it. The copy runs on `stream` (a
+        copy made with cudaMemcpyPeerAsync. The copy runs on `stream` (a
         stream of the target GPU; its current stream by default) after the work queued on this
         array, without a host sync."""
         j = rt.Device(device).id

@@ -150,7 +150,7 @@ def _open_device(ordinal: int) -> DeviceProps:
 # torch.cuda.device(1) and cupy.cuda.Device(1) all set it. A call runs on its operands' device:
 # on a machine with several GPUs it makes that device current for the call and restores the
 # caller's afterwards, so pyew never leaves another library's current device changed. With one
-# GPU none of this costs anything.
+# GPU visible it never switches: `on` hands back a shared no-op.
 
 class _Active(threading.local):
     ordinal: int | None = None      # the device of the call in progress on this thread
@@ -288,7 +288,7 @@ class Device:
         return device_info(self.id)
 
     def can_access_peer(self, other: "int | Device") -> bool:
-        """Whether this GPU can read and write `other`'s memory directly (NVLink or PCIe P2P)."""
+        """Whether the driver reports that this GPU can access `other`'s memory directly (peer access)."""
         j = Device(other).id
         if j == self.id:
             return True
@@ -689,8 +689,7 @@ def copy_dtod(dst: int, src: int, nbytes: int, stream_cu) -> None:
 
 
 def copy_peer(dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream_cu) -> None:
-    """Copy between two GPUs' memory (over NVLink or PCIe peer-to-peer where the GPUs allow it,
-    else staged by the driver)."""
+    """Copy between two GPUs' memory, ordered on `stream_cu` (the driver picks the path)."""
     if nbytes:
         check(_rt.cudaMemcpyPeerAsync(dst, dst_ordinal, src, src_ordinal, nbytes, stream_cu),
               "cudaMemcpyPeerAsync")
