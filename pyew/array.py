@@ -285,6 +285,9 @@ class DeviceArray:
             if self.size:
                 rt.stream_wait(s, self._buf.last)
                 rt.copy_peer(out.ptr, j, self.ptr, i, self.nbytes, s.cu)
+                # what is queued next on this array's GPU (a write into it, the owner's free of a
+                # foreign array) waits for the copy, as it would on one GPU's default stream
+                rt.stream_wait(self._buf.last, s)
                 self._buf.read_by(s)
         return out
 

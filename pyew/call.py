@@ -52,8 +52,8 @@ def device_of(args: Sequence, out, stream) -> int:
         i = interop.device_index(a)
         if i is not None:
             return i
-    if out is not None:
-        i = interop.device_index(out)
+    for o in out if isinstance(out, (tuple, list)) else (out,):     # relu_mask's out is a pair
+        i = interop.device_index(o) if o is not None else None
         if i is not None:
             return i
     return rt.current_ordinal()

@@ -104,7 +104,9 @@ def map(op, *args, **params):
     if not dims:
         raise TypeError(f"pyew.dask.{spec.name}: give at least one array (for scalars call pyew.{spec.name})")
     ndim = max(dims)
-    like = next(a for a in arrays if not _is_scalar(a))
+    # CuPy chunks anywhere make CuPy chunks (_apply_op allocates the output with CuPy)
+    like = next((a for a in arrays if not _is_scalar(a) and _is_cupy(a._meta)), None) or \
+        next(a for a in arrays if not _is_scalar(a))
     meta = meta_from_array(like._meta, ndim=ndim, dtype=dtype)
     pairs = []
     for a in arrays:
@@ -141,7 +143,7 @@ def _empty_like(gpu, shape, dtype):
     cupy = sys.modules["cupy"]
     with cupy.cuda.Device(gpu.device.id):
         out = cupy.empty(shape, dtype)
-        stream = ExternalStream(cupy.cuda.get_current_stream().ptr, Device(gpu.device.id))
+        stream = ExternalStream(cupy.cuda.get_current_stream(), Device(gpu.device.id))
     return out, stream
 
 
@@ -176,7 +178,7 @@ def _apply_func(func, dtype: np.dtype, *blocks, **kwargs):
     with cupy.cuda.Device(index):
         # func's ops queue on CuPy's current stream, and CuPy takes the result through DLPack
         # without a copy: what CuPy does next with it is ordered after them, with no host wait
-        with ExternalStream(cupy.cuda.get_current_stream().ptr, index):
+        with ExternalStream(cupy.cuda.get_current_stream(), index):
             ins = [asarray(b, device=index) if isinstance(b, np.ndarray) or b is gpu or _is_cupy(b) else b
                    for b in blocks]
             res = _checked(func(*ins, **kwargs), func, dtype)

@@ -121,6 +121,9 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
         raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ has stream 0, which the interface "
                          "forbids (1 is the legacy default stream)")
     ordinal = rt.pointer_device(int(ptr)) if ptr else stream.ordinal
+    if ordinal < 0:
+        raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ points to host memory, not a GPU's; pass it "
+                         "as a numpy array (np.asarray) instead")
     _check_device(ordinal, stream, op, name)
     if producer is not None and producer != _stream_arg(stream):
         rt.stream_wait(stream, rt.foreign_stream(int(producer), ordinal))
@@ -182,6 +185,9 @@ def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
     with rt.on(src):
         d = obj if isinstance(obj, DeviceArray) else \
             import_device(obj, rt.resolve_stream(None if moved else stream), "asarray", "obj")
+    if d is None:
+        raise TypeError(f"asarray: a {type(obj).__name__} says it is on GPU {src} but offers neither the CUDA Array "
+                        "Interface nor DLPack")
     if moved:
         d = d.to_device(want, stream)
     if dtype is None or lookup_dtype(dtype) is d._info:
@@ -244,7 +250,8 @@ def device_index(obj) -> int | None:
             ptr = obj.__cuda_array_interface__["data"][0]
         except Exception:
             return None
-        return rt.pointer_device(int(ptr)) if ptr else rt.current_ordinal()
+        i = rt.pointer_device(int(ptr)) if ptr else -1
+        return i if i >= 0 else rt.current_ordinal()      # host memory: the import says so
     return None
 
 

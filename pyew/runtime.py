@@ -205,9 +205,10 @@ _STAY = _Stay()
 
 
 def on(ordinal: int):
-    """`with on(i):` runs the block with GPU i current (a no-op with one GPU)."""
+    """`with on(i):` runs the block with GPU i current (a no-op with one GPU). NoDeviceError
+    without a GPU, ValueError for a GPU this process does not see."""
     if not several():
-        if ordinal != 0:
+        if ordinal != 0 or _count is None:
             check_ordinal(ordinal)
         return _STAY
     return _Switch(ordinal)
@@ -229,11 +230,12 @@ def bind_thread(ordinal: int) -> None:
 
 def pointer_device(ptr: int) -> int:
     """The GPU that device pointer `ptr` lives on (for CUDA Array Interface imports, which do
-    not say)."""
+    not say); -1 for host memory. With one GPU, 0 without asking."""
     if not several():
         return 0
     attrs = check(_rt.cudaPointerGetAttributes(ptr), "cudaPointerGetAttributes")
-    return int(attrs.device)
+    kinds = (_rt.cudaMemoryType.cudaMemoryTypeDevice, _rt.cudaMemoryType.cudaMemoryTypeManaged)
+    return int(attrs.device) if attrs.type in kinds else -1
 
 
 class _Entered(threading.local):
@@ -415,18 +417,33 @@ class RawStream:
 
 
 class ExternalStream(_Usable, RawStream):
-    """A stream another library owns, by its handle, for `stream=`: pyew's work then queues on it,
-    ordered with that library's own (CuPy: `cupy.cuda.get_current_stream().ptr`; PyTorch:
-    `torch.cuda.current_stream().cuda_stream`). 0 is the GPU's legacy default stream. The owner
-    must keep the stream alive while pyew's work on it runs. `with ExternalStream(h):` makes it the
-    current stream of its GPU for ops in the block, as `with Stream()` does."""
-    __slots__ = ()
+    """A stream another library owns, for `stream=`: pyew's work then queues on it, ordered with
+    that library's own. Give the stream object (a `torch.cuda.Stream`, a CuPy stream): pyew keeps
+    it alive as long as its arrays allocated on that stream are (they are freed on it), and takes
+    its GPU from it. A raw handle (an int; 0 is the GPU's legacy default stream) must be kept alive
+    by its owner likewise. `with ExternalStream(s):` makes it the current stream of its GPU for ops
+    in the block, as `with Stream()` does."""
+    __slots__ = ("owner",)
 
-    def __init__(self, handle: int, device=None):
-        ordinal = current_ordinal() if device is None else Device(device).id
+    def __init__(self, stream, device=None):
+        owner, index = None, None
+        if isinstance(stream, int):
+            handle = stream
+        elif hasattr(stream, "cuda_stream"):          # torch.cuda.Stream
+            handle, owner = stream.cuda_stream, stream
+            index = getattr(getattr(stream, "device", None), "index", None)
+        elif hasattr(stream, "ptr"):                  # a CuPy stream
+            handle, owner, index = stream.ptr, stream, getattr(stream, "device_id", None)
+        else:
+            handle = None
         if not isinstance(handle, int) or handle < 0:
-            raise TypeError(f"ExternalStream takes a stream handle (a non-negative int), not {handle!r}")
+            raise TypeError(f"ExternalStream takes a stream (torch.cuda.Stream, a CuPy stream) or its handle "
+                            f"(a non-negative int), not {stream!r}")
+        if device is None:
+            device = index
+        ordinal = current_ordinal() if device is None else Device(device).id
         super().__init__(_rt.cudaStream_t(handle), ordinal)
+        self.owner = owner
 
     def synchronize(self) -> None:
         with on(self.ordinal):
@@ -593,12 +610,13 @@ def stream_wait(waiter, other) -> None:
     """Make stream `waiter` wait for the work queued so far on stream `other` (no host sync).
     Both are stream objects; they may be on different GPUs."""
     o = other.ordinal
-    with on(o) if o != waiter.ordinal else _STAY:
+    with on(o):                 # an event records on a stream of its own GPU, the current one
         ev = _handshake.events.get(o)
         if ev is None:
             ev = _handshake.events[o] = Event()
         ev.record(other.cu)
-    wait_event(waiter.cu, ev)
+    with on(waiter.ordinal):    # handle 0 means the current GPU's legacy stream
+        wait_event(waiter.cu, ev)
 
 
 def synchronize() -> None:

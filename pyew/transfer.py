@@ -131,27 +131,28 @@ class Pinned:
 
 class _Lane:
     """A worker's stream and event on one GPU, and its pinned slot. `raw` is the stream as the
-    call layer's kernels take one."""
+    call layer's kernels take one. Lane i of every GPU uses pinned slot i: one streamed call runs
+    at a time (_engine_lock), and the slots are portable, so the ring is shared by the GPUs."""
     __slots__ = ("stream", "event", "slot", "ordinal", "raw")
 
-    def __init__(self, slot_bytes: int, ordinal: int):
+    def __init__(self, slot: Pinned, ordinal: int):
         self.ordinal = ordinal
         with rt.on(ordinal):
             self.stream = rt.new_stream(ordinal)
             self.event = rt.Event()
         self.raw = rt.RawStream(self.stream, ordinal)
-        self.slot = Pinned(slot_bytes)
+        self.slot = slot
 
     def close(self) -> None:
         with rt.on(self.ordinal):
             rt.stream_synchronize(self.stream)
-            self.slot.free()
             rt.destroy_stream(self.stream)
 
 
 _engine_lock = threading.Lock()
 _small_lock = threading.Lock()
 _lanes: dict[int, list[_Lane]] = {}       # per GPU
+_slots: list[Pinned] = []                  # the pinned ring, shared by the GPUs' lanes
 _pool: ThreadPoolExecutor | None = None
 _small: Pinned | None = None
 
@@ -194,9 +195,11 @@ def _worker_pool() -> ThreadPoolExecutor:
 
 def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
     slot = _ring_slot_bytes()
+    while len(_slots) < k:
+        _slots.append(Pinned(slot))
     lanes = _lanes.setdefault(ordinal, [])
     while len(lanes) < k:
-        lanes.append(_Lane(slot, ordinal))
+        lanes.append(_Lane(_slots[len(lanes)], ordinal))
     _worker_pool()
     return lanes[:k]
 
@@ -210,6 +213,9 @@ def _release_locked() -> None:
             except Exception:
                 pass
     _lanes.clear()
+    for slot in _slots:
+        slot.free()
+    _slots.clear()
     if _small is not None:
         if _small_pending is not None:
             _small_pending.synchronize()
@@ -230,8 +236,7 @@ def release() -> None:
 
 def pinned_bytes_held() -> int:
     """Page-locked bytes the engine holds right now."""
-    return sum(lane.slot.nbytes for lanes in _lanes.values() for lane in lanes) + \
-        (_small.nbytes if _small is not None else 0)
+    return sum(slot.nbytes for slot in _slots) + (_small.nbytes if _small is not None else 0)
 
 
 @atexit.register

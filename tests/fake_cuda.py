@@ -166,9 +166,15 @@ class FakeRuntimeAPI:
         self.local.device = i
         return (0,)
 
+    class cudaMemoryType:
+        cudaMemoryTypeDevice, cudaMemoryTypeManaged, cudaMemoryTypeUnregistered = 2, 3, 0
+
     def cudaPointerGetAttributes(self, ptr):
+        known = ptr in self.cuda.owner
+
         class Attrs:
-            device = self.cuda.owner[ptr]
+            device = self.cuda.owner[ptr] if known else -2
+            type = 2 if known else 0
         return (0, Attrs())
 
     def cudaDeviceCanAccessPeer(self, i, j):

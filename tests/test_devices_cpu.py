@@ -175,8 +175,15 @@ def test_external_stream_arguments(two):
     s = pyew.ExternalStream(0x1234, device=1)
     assert s.device.id == 1 and s.handle == 0x1234 and "0x1234 on device 1" in repr(s)
     for bad in ("0x1234", -1, 1.5):
-        with pytest.raises(TypeError, match="ExternalStream takes a stream handle"):
+        with pytest.raises(TypeError, match=r"ExternalStream takes a stream \(torch.cuda.Stream, a CuPy stream\) or"):
             pyew.ExternalStream(bad)
+
+    class CupyLike:                        # a library's stream object: kept, and its GPU taken from it
+        ptr, device_id = 0x99, 1
+
+    c = CupyLike()
+    e = pyew.ExternalStream(c)
+    assert e.owner is c and e.handle == 0x99 and e.device.id == 1
     with pytest.raises(TypeError, match="stream must be a pyew.Stream, a pyew.ExternalStream or None"):
         pyew.empty(3).get(stream=0x1234)
 
@@ -194,3 +201,38 @@ def test_the_readme_example_of_two_gpus(two):
     assert scope["y"].device.id == 1 and scope["z"].device.id == 0
     np.testing.assert_array_equal(scope["z"].get(), pyew.gelu(np.ones(1 << 20, np.float32)))
     assert isinstance(scope["r"], np.ndarray) and pyew.Device().id == 0
+
+
+@needs_lib
+def test_one_pinned_ring_for_all_gpus(two, rng, transfer_limits):
+    pyew.set_transfer_limits(small_bytes=0, pinned_bytes=1 << 20, threads=3)
+    a = rng.standard_normal(300_000).astype(np.float32)
+    for d in (0, 1):
+        with pyew.Device(d):
+            np.testing.assert_array_equal(pyew.add(a, a), a + a)
+    assert 0 < transfer.pinned_bytes_held() <= 1 << 20
+
+
+@needs_lib
+def test_out_pairs_and_host_pointers(two, rng):
+    a = rng.standard_normal(64).astype(np.float32)
+    y, m = pyew.empty(64, device=1), pyew.empty(2, "uint32", device=1)
+    got = pyew.relu_mask(a, out=(y, m))                     # numpy in, out= on GPU 1: runs there
+    assert got[0] is y and y.device.id == 1
+    np.testing.assert_array_equal(y.get(), np.maximum(a, 0))
+
+    class HostCAI:
+        __cuda_array_interface__ = {"shape": (64,), "typestr": "<f4", "data": (a.ctypes.data, False),
+                                    "version": 3, "strides": None, "stream": 1}
+
+    with pytest.raises(ValueError, match="points to host memory"):
+        pyew.relu(HostCAI())
+
+
+@needs_lib
+def test_to_device_orders_the_source_after_the_copy(two, monkeypatch):
+    waits = []
+    monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.ordinal, o.ordinal)))
+    x = on_gpu(np.ones(8, np.float32), 0)
+    x.to_device(1)
+    assert waits == [(1, 0), (0, 1)]        # the copy after x's work; x's next work after the copy

@@ -205,5 +205,5 @@ def test_external_streams(torch_cuda, cupy, rng):
     with cs:
         c = cupy.asarray(a)
         out = cupy.empty_like(c)
-        pyew.mul(c, 2.0, out=out, stream=pyew.ExternalStream(cs.ptr))
+        pyew.mul(c, 2.0, out=out, stream=pyew.ExternalStream(cs))      # the stream object: kept alive
         np.testing.assert_array_equal(cupy.asnumpy(out), a * 2)   # CuPy reads it on its stream
