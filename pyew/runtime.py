@@ -146,8 +146,8 @@ def _open_device(ordinal: int) -> DeviceProps:
 
 # ---- the current device ----------------------------------------------------------------------
 #
-# The current device is the CUDA runtime's (per thread), as in CuPy: `with pyew.Device(1)`,
-# torch.cuda.device(1) and cupy.cuda.Device(1) all set it. A call runs on its operands' device:
+# The current device is the CUDA runtime's (per thread), as in CuPy: `with pyew.Device(1)` and
+# `with cupy.cuda.Device(1)` both set it. A call runs on its operands' device:
 # on a machine with several GPUs it makes that device current for the call and restores the
 # caller's afterwards, so pyew never leaves another library's current device changed. With one
 # GPU visible it never switches: `on` hands back a shared no-op.
