@@ -46,13 +46,19 @@ class Buffer:
         if not self.ptr or sys.is_finalizing():
             return
         try:
-            with rt.on(self.stream.ordinal):
-                for s in self.others or ():
-                    rt.stream_wait(self.stream, s)
-                rt.free(self.ptr, self.stream, self.nbytes)
+            if rt.several():
+                with rt.on(self.stream.ordinal):
+                    self._release()
+            else:
+                self._release()
         except Exception:   # never raise from a finalizer (e.g. the context is gone at exit)
             pass
         self.ptr = 0
+
+    def _release(self) -> None:
+        for s in self.others or ():
+            rt.stream_wait(self.stream, s)
+        rt.free(self.ptr, self.stream, self.nbytes)
 
 
 class Foreign:

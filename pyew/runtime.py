@@ -463,15 +463,14 @@ class _DefaultStream:
         self.cu = _rt.cudaStream_t(0) if _rt is not None else None
         self.reuse: dict[int, list[int]] = {}
         self.reuse_bytes = 0      # approximate under threads: list pop/append are atomic, this is not
-        self._dims = None
 
-    @property
-    def dims(self) -> tuple[int, int]:
-        d = self._dims
-        if d is None:
-            p = props(self.ordinal)
-            d = self._dims = (p.sms, p.threads_per_sm)
-        return d
+    def __getattr__(self, name):
+        # `dims` is read on every launch: a plain attribute once the GPU is open
+        if name != "dims":
+            raise AttributeError(name)
+        p = props(self.ordinal)
+        self.dims = (p.sms, p.threads_per_sm)
+        return self.dims
 
     @property
     def device(self) -> Device:

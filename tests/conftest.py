@@ -62,7 +62,7 @@ def small_grid(monkeypatch):
     tiny = dataclasses.replace(rt.device(), sms=1, threads_per_sm=256)
     pyew.transfer.release()             # lanes made before keep the real dims
     monkeypatch.setitem(rt._props, tiny.ordinal, tiny)
-    monkeypatch.setattr(rt.default_stream(tiny.ordinal), "_dims", None)
+    monkeypatch.delattr(rt.default_stream(tiny.ordinal), "dims", raising=False)   # read again from _props
     yield tiny
     pyew.transfer.release()
 

@@ -82,7 +82,7 @@ def one_gpu(monkeypatch, props) -> None:
     monkeypatch.setattr(rt, "_count", 1)
     monkeypatch.setattr(rt, "_several", False)
     monkeypatch.setattr(rt, "_props", {0: props})
-    monkeypatch.setattr(rt.DEFAULT_STREAM, "_dims", None)
+    monkeypatch.delattr(rt.DEFAULT_STREAM, "dims", raising=False)
 
 
 _installed: list[FakeCuda] = []
