@@ -46,7 +46,9 @@ class Buffer:
         if not self.ptr or sys.is_finalizing():
             return
         try:
-            if rt.several():
+            if self.others is None and rt.only_one_gpu():
+                rt.free(self.ptr, self.stream, self.nbytes)     # one GPU, one stream: nothing to order
+            elif rt.several():
                 with rt.on(self.stream.ordinal):
                     self._release()
             else:

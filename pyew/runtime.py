@@ -101,6 +101,12 @@ def several() -> bool:
     return _several
 
 
+def only_one_gpu() -> bool:
+    """True once the runtime has counted exactly one GPU (the calls' short paths need no device
+    switch then); False before the first GPU use, without a GPU, or with several."""
+    return _count == 1
+
+
 def check_ordinal(ordinal: int) -> int:
     n = _counted()
     if not 0 <= ordinal < n:

@@ -9,6 +9,7 @@ import ctypes
 import numpy as np
 
 from pyew import call, library
+from pyew import runtime as rt
 
 from .fake_cuda import device_view
 from .reference import evaluate
@@ -89,17 +90,33 @@ def install(monkeypatch) -> FakeKernels:
 
 
 def _launch_through_library(self, entry, out_ptr, in_ptrs, n, s):
-    """MapOp's fast paths, through library.launch so the stand-ins see them."""
+    """MapOp's fast paths, through library.launch (with the stream object) so the stand-ins see them."""
     k = next(k for k in self.op.kernels if k.entry("forward").symbol == entry[2])
     library.launch(k.entry("forward"), (out_ptr, *in_ptrs, n, *self.default_pvals), s)
 
 
+def _fake_entries(monkeypatch, kernels: FakeKernels) -> None:
+    """A map op's function calls its entry points straight from MapOp.fast on one GPU: swap in
+    stand-ins of the same signature (out, inputs..., n, params..., stream, sms, threads_per_sm)."""
+    from pyew import kinds
+    from pyew.kinds import map as map_kind
+    monkeypatch.setattr(map_kind.MapOp, "_launch", _launch_through_library)
+    kinds.table()
+    for m in map_kind.BOUND.values():
+        for info, (_, out_info, sym) in list(m.fast.items()):
+            entry = next(k for k in m.op.kernels if k.entry("forward").symbol == sym).entry("forward")
+
+            def fake(*args, _entry=entry):
+                library.launch(_entry, args[:-3], rt.DEFAULT_STREAM)
+                return 0
+            monkeypatch.setitem(m.fast, info, (fake, out_info, sym))
+            monkeypatch.setitem(m.host_fast, info.np, (fake, out_info, sym))
+
+
 def install_all(monkeypatch):
     """The fake runtime and the fake kernels together."""
-    from pyew.kinds import map as map_kind
-
     from . import fake_cuda
     cuda = fake_cuda.install(monkeypatch)
     kernels = install(monkeypatch)
-    monkeypatch.setattr(map_kind.MapOp, "_launch", _launch_through_library)
+    _fake_entries(monkeypatch, kernels)
     return cuda, kernels

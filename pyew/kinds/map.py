@@ -5,14 +5,14 @@ import functools
 
 import numpy as np
 
-from .. import call, interop, library, transfer
+from .. import array, call, interop, library, transfer
 from .. import runtime as rt
 from ..array import DeviceArray
 from . import OUT_STREAM, P, binder, make_function, positional
 
 
 class MapOp:
-    """One elementwise op of the library; called through the function make_function builds."""
+    """One elementwise op of the library; called through the function `function()` builds."""
 
     def __init__(self, op: library.Op):
         self.op = op
@@ -44,7 +44,7 @@ class MapOp:
                         if out is None:
                             return self._run_device(entry, args, s, None)
                         if type(out) is DeviceArray and out._info is entry[1] and out.shape == shape \
-                                and out._buf.stream.ordinal == where:
+                                and out._buf.stream.ordinal == where and not out.readonly:
                             ob = out._buf
                             for a in args:
                                 if a._buf is ob and (a.ptr != out.ptr or a.nbytes != out.nbytes):
@@ -98,6 +98,62 @@ class MapOp:
 
         return call.run_elementwise(p, o, s, [(p.shape, out_info, o)], step)[0]
 
+    def function(self):
+        """The op's Python function. The commonest calls (DeviceArrays of one dtype and shape on
+        the only GPU; no stream= or params; out= absent, or a pyew-allocated DeviceArray that fits
+        and is not a shifted view of an input) run here, one frame from the checks to the launch.
+        Anything else goes through __call__, under the operands' GPU when there are several."""
+        fast, arity, pvals = self.fast, self.arity, self.default_pvals
+        general = make_function(self.name, self.__call__, self.signature(), self.doc())
+        DA, Buffer, lib = DeviceArray, array.Buffer, library
+        one_gpu, current_stream = rt.only_one_gpu, rt.resolve_stream
+
+        def op(*args, out=None, stream=None, **kw):
+            if stream is None and not kw and len(args) == arity and pvals is not None and one_gpu():
+                a0 = args[0]
+                if type(a0) is DA:
+                    info, shape = a0._info, a0.shape
+                    for a in args:
+                        if type(a) is not DA or a._info is not info or a.shape != shape:
+                            break
+                    else:
+                        entry = fast.get(info)
+                        if entry is not None:
+                            fn, out_info, sym = entry
+                            s = current_stream(None)
+                            if out is None:
+                                ob = Buffer(a0.size * out_info.itemsize, s)
+                                out = DA(ob, ob.ptr, shape, out_info)
+                            elif type(out) is DA and type(out._buf) is Buffer and out._info is out_info \
+                                    and out.shape == shape:
+                                ob = out._buf
+                                for a in args:
+                                    if a._buf is ob and (a.ptr != out.ptr or a.nbytes != out.nbytes):
+                                        return general(*args, out=out)      # partial overlap: its error
+                                if ob.stream is s:
+                                    ob.last = s
+                                else:
+                                    ob.used_on(s)
+                            else:
+                                return general(*args, out=out)
+                            for a in args:
+                                b = a._buf
+                                if b.stream is s:
+                                    b.last = s
+                                else:
+                                    b.used_on(s)
+                            n = a0.size
+                            if n:
+                                rc = fn(out.ptr, *[a.ptr for a in args], n, *pvals, s.handle, *s.dims)
+                                if rc:
+                                    lib.get().check(rc, sym)
+                            return out
+            return general(*args, out=out, stream=stream, **kw)
+
+        for attr in ("__name__", "__qualname__", "__module__", "__doc__", "__signature__"):
+            setattr(op, attr, getattr(general, attr))
+        return op
+
     def _launch_one_shot(self, entry, n, in_ptrs, out_ptrs, s):
         self._launch(entry, out_ptrs[0], in_ptrs, n, s)
 
@@ -144,7 +200,11 @@ class MapOp:
         return "\n".join(lines)
 
 
+BOUND: dict[str, MapOp] = {}     # the MapOp behind each bound function (the CPU stand-ins swap entries)
+
+
 @binder("map")
 def bind_map(op: library.Op):
     m = MapOp(op)
-    return {op.name: make_function(op.name, m.__call__, m.signature(), m.doc())}
+    BOUND[op.name] = m
+    return {op.name: m.function()}
