@@ -14,6 +14,8 @@ end of every call, so the device memory a streamed call uses is bounded (`device
 the array's size, and arrays larger than the GPU's memory work.
 
 Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream.
+Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
+that buffer, so a caller that queues GPU work does not wait for it to finish.
 
 Limits (pyew.set_transfer_limits): `pinned_bytes` is all the pinned memory the engine holds (the
 ring plus the small buffer); it is allocated on first use, kept for later calls, and freed at
@@ -24,6 +26,7 @@ waits for it.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import math
@@ -157,19 +160,65 @@ _pool: ThreadPoolExecutor | None = None
 _small: Pinned | None = None
 
 
-_small_pending: rt.Event | None = None     # the last copy out of the small buffer
+# Uploads into GPU calls (a numpy operand of a call on DeviceArrays, asarray of a small array) are
+# carved one after another from the small buffer, each region kept until an event says its copy
+# has read it. A region is waited for only when the cursor comes round to it again, so a caller
+# queueing GPU work never waits for that work, as it would if every upload reused offset 0.
+# Entries: (start, end, event, ordinal), oldest first; they lie in ring order from the cursor.
+_uploads: collections.deque = collections.deque()
+_upload_cursor = 0
+_spare_events: dict[int, list] = {}       # per GPU: retired upload events, recorded again later
+_MAX_UPLOADS = 64
+
+
+def _retire_oldest() -> None:
+    _, _, ev, ordinal = _uploads.popleft()
+    ev.synchronize()
+    _spare_events.setdefault(ordinal, []).append(ev)
 
 
 def _small_buffer() -> Pinned:
-    """The small pinned buffer, once a copy still reading it (an upload's) is done. Call with
-    _small_lock held."""
-    global _small, _small_pending
+    """The whole small pinned buffer, once every copy still reading it (uploads') is done. Call
+    with _small_lock held."""
+    global _small
     if _small is None:
         _small = Pinned(_small_buffer_bytes())
-    if _small_pending is not None:
-        _small_pending.synchronize()
-        _small_pending = None
+    while _uploads:
+        _retire_oldest()
     return _small
+
+
+def _upload_region(nbytes: int) -> int | None:
+    """The offset of a free region of the small buffer for one upload of nbytes (the next in ring
+    order, once copies still reading it are done); None if it cannot hold them. With _small_lock."""
+    global _small, _upload_cursor
+    if _small is None:
+        _small = Pinned(_small_buffer_bytes())
+    need = _round(nbytes)
+    if need > _small.nbytes:
+        return None
+    start = _upload_cursor
+    if start + need > _small.nbytes:
+        while _uploads and _uploads[0][0] >= start:     # the last lap's entries past the cursor
+            _retire_oldest()
+        start = 0
+    end = start + need
+    while _uploads and (len(_uploads) >= _MAX_UPLOADS or (_uploads[0][0] < end and start < _uploads[0][1])):
+        _retire_oldest()
+    _upload_cursor = end
+    return start
+
+
+def _upload_queued(start: int, nbytes: int, stream) -> None:
+    """Note that a copy queued on `stream` reads [start, start + nbytes) of the small buffer."""
+    spare = _spare_events.get(stream.ordinal)
+    if spare:
+        ev = spare.pop()
+    else:
+        with rt.on(stream.ordinal):
+            ev = rt.Event()
+    ev.record(stream.cu)
+    _uploads.append((start, start + _round(nbytes), ev, stream.ordinal))
 
 
 def _small_buffer_bytes() -> int:
@@ -205,7 +254,7 @@ def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
 
 
 def _release_locked() -> None:
-    global _pool, _small, _small_pending
+    global _pool, _small, _upload_cursor
     for lanes in _lanes.values():
         for lane in lanes:
             try:
@@ -216,13 +265,13 @@ def _release_locked() -> None:
     for slot in _slots:
         slot.free()
     _slots.clear()
+    while _uploads:
+        _retire_oldest()
+    _spare_events.clear()
     if _small is not None:
-        if _small_pending is not None:
-            _small_pending.synchronize()
         _small.free()
         _small = None
-        _small_pending = None
-    _small_events.clear()
+    _upload_cursor = 0
     if _pool is not None:
         _pool.shutdown(wait=True)
         _pool = None
@@ -309,18 +358,20 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         return
     if nbytes <= _limits.small_bytes:
         with _small_lock:
-            buf = _small_buffer()
-            if nbytes <= buf.nbytes:
-                staged = buf.array(0, host.dtype, host.shape)
-                if up:
-                    _copy(staged, host)
-                    rt.copy_htod(dptr, buf.ptr, nbytes, stream.cu)
-                    _small_read_by(stream)
-                else:
+            if up:
+                start = _upload_region(nbytes)
+                if start is not None:
+                    _copy(_small.array(start, host.dtype, host.shape), host)
+                    rt.copy_htod(dptr, _small.ptr + start, nbytes, stream.cu)
+                    _upload_queued(start, nbytes, stream)
+                    return
+            else:
+                buf = _small_buffer()
+                if nbytes <= buf.nbytes:
                     rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
                     rt.stream_synchronize(stream.cu)
-                    _copy(host, staged)
-                return
+                    _copy(host, buf.array(0, host.dtype, host.shape))
+                    return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
     with _engine_lock:
         if _limits.mode == "register" and flat is not None:
@@ -350,18 +401,6 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         _run_workers(list(chunks(shape, per)), work, stream, join=up)
 
 
-def _small_read_by(stream) -> None:
-    """Note that a copy queued on `stream` reads the small buffer: its next user waits for it."""
-    global _small_pending
-    ev = _small_events.get(stream.ordinal)
-    if ev is None:
-        with rt.on(stream.ordinal):
-            ev = _small_events[stream.ordinal] = rt.Event()
-    ev.record(stream.cu)
-    _small_pending = ev
-
-
-_small_events: dict[int, rt.Event] = {}      # per GPU: an event is recorded on its own GPU's streams
 
 
 def _spread(slot_bytes: int, n: int, itemsize: int) -> int:

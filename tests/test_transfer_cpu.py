@@ -2,6 +2,7 @@
 the CUDA runtime (tests/fake_cuda.py): copies are memmoves and "kernels" are numpy."""
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import time
@@ -234,3 +235,50 @@ def test_chunks_cover_the_space_once():
             seen[block] += 1
             assert seen[block].size <= max(per, shape[-1] if per < shape[-1] else per)
         assert (seen == 1).all()
+
+
+def test_uploads_take_turns_round_the_small_buffer(fake, monkeypatch):
+    """Small uploads go to successive regions of the small pinned buffer: one waits only for the
+    copy that last read the region it reuses, once the ring has come round, and never sees a region
+    overwritten before its copy ran. Copies here run late, when an event is waited for."""
+    from pyew import runtime as rt
+    pending, done, waits = [], [0], []
+
+    def run_until(k):
+        while done[0] < k:
+            d, s, n = pending[done[0]]
+            ctypes.memmove(d, s, n)
+            done[0] += 1
+
+    class LateEvent:
+        made = 0
+
+        def __init__(self, timing=False):
+            LateEvent.made += 1
+
+        def record(self, stream_cu):
+            self.mark = len(pending)
+
+        def synchronize(self):
+            waits.append(self.mark)
+            run_until(self.mark)
+
+    monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: pending.append((d, s, n)))
+    monkeypatch.setattr(rt, "Event", LateEvent)
+    small_limits(threads=1)
+    per_lap = transfer._small_buffer_bytes() // 4096            # 4000-byte uploads take 4096 each
+    hosts = [np.full(1000, i, np.float32) for i in range(2 * per_lap + 3)]
+    devs = [fake.malloc(h.nbytes, S) for h in hosts]
+    for i, (h, d) in enumerate(zip(hosts, devs)):
+        transfer.to_device(h, d, S)
+        if i < per_lap:
+            assert waits == [], f"upload {i} waited, with the ring not yet full"
+        else:
+            assert waits[-1] == i - per_lap + 1, "the region's last reader, and only it, is waited for"
+    assert len(waits) == len(hosts) - per_lap and LateEvent.made <= per_lap + 1
+    out = np.empty(1000, np.float32)
+    transfer.to_host(devs[0], out, S)                              # a download has the buffer to itself
+    assert done[0] == len(pending)
+    for h, d in zip(hosts, devs):
+        np.testing.assert_array_equal(device_view(d, np.float32, (1000,)), h)
+    np.testing.assert_array_equal(out, hosts[0])
