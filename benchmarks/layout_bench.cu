@@ -13,6 +13,7 @@
 //                                summary table last
 //   build/layout_bench --check   checks and a strided accuracy sweep on small sizes only (for
 //                                compute-sanitizer: `compute-sanitizer build/layout_bench --check`)
+//   build/layout_bench --mask    relu_mask and its backward only: their checks, then their timings
 //
 // (a) Checks. launch_map on views at offsets 0..7 elements (float32, float16, bfloat16; output and
 //     input offsets equal and different; sizes from 0 and below one pack to past 2^16; relu, add,
@@ -70,6 +71,7 @@ using bf16 = __nv_bfloat16;
 
 ew::Launch L{};
 bool g_quick = false;
+bool g_mask_only = false;   // --mask
 std::mt19937_64 g_rng(20261122);
 
 template <typename T> const char* tname();
@@ -1061,6 +1063,14 @@ void time_relu_mask() {
   CHECK(cudaFree(mask));
 }
 
+void print_mask_rows() {
+  std::printf("\n## relu_mask: GB/s (x, y and the mask bits; backward dy, dx and the mask)\n\n");
+  std::printf("| kernel | dtype | aligned | input at +1, output aligned | all at +1 (narrow packs) |\n|---|---|---|---|---|\n");
+  for (const auto& r : mask_rows)
+    std::printf("| %s | %s | %.0f | %.0f (%.1f%%) | %.0f (%.1f%%) |\n", r.what.c_str(), r.dtype.c_str(), r.aligned, r.shifted,
+                100 * r.shifted / r.aligned, r.both, 100 * r.both / r.aligned);
+}
+
 // Launch shapes for float32 gelu_tanh (new form) and relu at 2^28, after the sustained run below:
 // the generator's two shapes and a few others.
 struct ShapeRow {
@@ -1132,7 +1142,8 @@ GeluSpeed time_gelu() {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check") == 0) g_quick = true;
-    else { std::fprintf(stderr, "usage: %s [--check]\n", argv[0]); return 2; }
+    else if (std::strcmp(argv[i], "--mask") == 0) g_mask_only = true;
+    else { std::fprintf(stderr, "usage: %s [--check | --mask]\n", argv[0]); return 2; }
   }
   int dev = 0;
   CHECK(cudaGetDevice(&dev));
@@ -1143,6 +1154,19 @@ int main(int argc, char** argv) {
               g_quick ? "; --check: checks on small sizes only" : "");
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
+
+  if (g_mask_only) {
+    check_relu_mask_dtype<float>();
+    check_relu_mask_dtype<__half>();
+    check_relu_mask_dtype<bf16>();
+    CHECK(cudaDeviceSynchronize());
+    std::printf("checks: relu_mask/backward %lld cases, %lld failed\n", (long long)t_mask.cases, (long long)t_mask.failed);
+    time_relu_mask<float>();
+    time_relu_mask<__half>();
+    time_relu_mask<bf16>();
+    print_mask_rows();
+    return t_mask.failed == 0 ? 0 : 1;
+  }
 
   // (a) correctness
   check_strided_api();
@@ -1219,11 +1243,7 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %s | %.0f | %.0f | %.1f |\n", r.layout.c_str(), r.op.c_str(), r.dtype.c_str(), r.gbs, r.copy_gbs,
                 100.0 * r.gbs / r.copy_gbs);
 
-  std::printf("\n## relu_mask: GB/s (x, y and the mask bits; backward dy, dx and the mask)\n\n");
-  std::printf("| kernel | dtype | aligned | input at +1, output aligned | all at +1 (narrow packs) |\n|---|---|---|---|---|\n");
-  for (const auto& r : mask_rows)
-    std::printf("| %s | %s | %.0f | %.0f (%.1f%%) | %.0f (%.1f%%) |\n", r.what.c_str(), r.dtype.c_str(), r.aligned, r.shifted,
-                100 * r.shifted / r.aligned, r.both, 100 * r.both / r.aligned);
+  print_mask_rows();
   std::printf("\n## Launch shapes, float32 at 2^28 (GB/s; %% of the copy ceiling %.0f)\n\n| shape | gelu_tanh (new) | relu |\n|---|---|---|\n", gs.copy_gbs);
   for (const auto& r : shape_rows)
     std::printf("| %s | %.0f (%.1f%%) | %.0f (%.1f%%) |\n", r.shape.c_str(), r.gelu_gbs, 100 * r.gelu_gbs / gs.copy_gbs, r.relu_gbs,

@@ -4,7 +4,8 @@
 //
 // Instantiates map_kernel under several Tunings (block, packs per trip, grid cap, layout, cache
 // hint) and times each on copy-like ops (relu float32/float16, add float32) and on the library's
-// compute-heavy ones (gelu float32 and float16, gelu_tanh float32, elu float16: their device
+// compute-heavy ones (gelu float32 and float16, gelu_tanh float32, elu float16, sigmoid and silu
+// float32: their device
 // functions from build/gen/fn, so `make all` first), next to cudaMemcpyAsync device-to-device, all
 // in one process. Each round runs every
 // variant once, in order, and a variant's figure is the median over rounds, so clock or thermal
@@ -20,6 +21,8 @@
 #include "fn/elu.cuh"
 #include "fn/gelu.cuh"
 #include "fn/gelu_tanh.cuh"
+#include "fn/sigmoid.cuh"
+#include "fn/silu.cuh"
 
 #define CHECK(x)                                                                        \
   do {                                                                                  \
@@ -107,7 +110,9 @@ cudaError_t run_variant(const ew::Launch& l, int c, int64_t n, void* out, const 
     case 3: return run_unary<Tn, float>(l, Unary<ewf::gelu_fn>{}, n, out, a);
     case 4: return run_unary<Tn, __half>(l, Unary<ewf::gelu_fn>{}, n, out, a);
     case 5: return run_unary<Tn, float>(l, Unary<ewf::gelu_tanh_fn>{}, n, out, a);
-    default: return run_unary<Tn, __half>(l, Elu{}, n, out, a);
+    case 6: return run_unary<Tn, __half>(l, Elu{}, n, out, a);
+    case 7: return run_unary<Tn, float>(l, Unary<ewf::sigmoid_fn>{}, n, out, a);
+    default: return run_unary<Tn, float>(l, Unary<ewf::silu_fn>{}, n, out, a);
   }
 }
 
@@ -142,9 +147,11 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, prop.l2CacheSize >> 20, rounds, warmup);
 
   // The first variant is MemoryBoundTuning and the other variants are checked against it; the
-  // generator's other choice, ComputeBoundTuning, is in the list too.
+  // generator's other choice, ComputeBoundTuning, is in the list too (named on the first line).
   static_assert(std::is_same_v<ew::MemoryBoundTuning, ew::Tuning<256, 1, 0, true, 0>>);
-  static_assert(std::is_same_v<ew::ComputeBoundTuning, ew::Tuning<128, 2, 32, true, 0>>);
+  using C = ew::ComputeBoundTuning;
+  std::printf("# ComputeBoundTuning: %s b%d u%d %s\n", C::kTile ? "tile" : "stride", C::kBlock, C::kUnroll,
+              C::kWaves ? ("w" + std::to_string(C::kWaves)).c_str() : "uncapped");
   const std::vector<Variant> variants = {
       variant<256, 1, 0, true, 0>(),
       variant<128, 1, 0, true, 0>(),
@@ -156,13 +163,15 @@ int main(int argc, char** argv) {
       variant<128, 2, 0, true, 0>(),
       variant<256, 2, 0, true, 0>(),
       variant<128, 2, 32, true, 0>(),
+      variant<128, 2, 16, true, 0>(),
+      variant<128, 2, 64, true, 0>(),
       variant<128, 2, 128, true, 0>(),
       variant<128, 4, 0, true, 0>(),
       variant<256, 2, 32, false, 1>(),
   };
   const Case cases[] = {{"relu", "float32", 4, 1}, {"relu", "float16", 2, 1}, {"add", "float32", 4, 2},
                         {"gelu", "float32", 4, 1},  {"gelu", "float16", 2, 1}, {"gelu_tanh", "float32", 4, 1},
-                        {"elu", "float16", 2, 1}};
+                        {"elu", "float16", 2, 1},  {"sigmoid", "float32", 4, 1}, {"silu", "float32", 4, 1}};
 
   for (int lg : log2s) {
     const int64_t n = int64_t(1) << lg;

@@ -40,11 +40,13 @@ struct Tuning {
 //  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
 //    Copy-like ops run at the copy ceiling with it, above OneFlow's capped grid-stride shape; a
 //    heavy op runs well below it: each thread's only load has nothing to overlap with.
-//  * ComputeBoundTuning: two packs per thread per trip from a 2 x 128-pack tile, grid capped at 32
-//    waves: the best worst case of the sweep's heavy ops, with copy-like ops close to the other
-//    shape.
+//  * ComputeBoundTuning: two packs per thread from a 2 x 128-pack tile, no grid cap: each thread
+//    has two loads in flight. A grid capped at 32 waves (OneFlow's loop) cost every op 1-2% on the
+//    H100 and the light "compute" ops (sigmoid, silu, hardswish) as much on the H200; it helps only
+//    float32 gelu and gelu_tanh on the H200 under its power cap (about 3%), which stay compute-bound
+//    in either shape there.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
-using ComputeBoundTuning = Tuning<128, 2, 32, true, 0>;
+using ComputeBoundTuning = Tuning<128, 2, 0, true, 0>;
 using DefaultTuning = MemoryBoundTuning;
 
 // Block size and grid cap of the special kernels (relu_mask, upsample, scatter, dot).
