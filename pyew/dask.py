@@ -105,8 +105,9 @@ def map(op, *args, **params):
         raise TypeError(f"pyew.dask.{spec.name}: give at least one array (for scalars call pyew.{spec.name})")
     ndim = max(dims)
     # CuPy chunks anywhere make CuPy chunks (_apply_op allocates the output with CuPy)
-    like = next((a for a in arrays if not _is_scalar(a) and _is_cupy(a._meta)), None) or \
-        next(a for a in arrays if not _is_scalar(a))
+    like = next((a for a in arrays if not _is_scalar(a) and _is_cupy(a._meta)), None)
+    if like is None:
+        like = next(a for a in arrays if not _is_scalar(a))
     meta = meta_from_array(like._meta, ndim=ndim, dtype=dtype)
     pairs = []
     for a in arrays:

@@ -42,6 +42,17 @@ def test_graphs_need_no_gpu(ed, no_gpu):
     assert pyew.dask is ed and ed.gelu.__name__ == "gelu" and "GELU" in ed.gelu.__doc__
 
 
+def test_gpu_chunks_anywhere_set_the_meta(ed, no_gpu, monkeypatch):
+    """With an input whose chunks live on the GPU (CuPy meta; stood in for here by marking one
+    array's meta), the output's meta comes from that input, whichever operand it is."""
+    x = da.ones((100, 40), chunks=(30, 40), dtype=np.float32)
+    g = da.ones(40, chunks=40, dtype=np.float32)
+    monkeypatch.setattr(ed, "_is_cupy", lambda meta: meta is g._meta)
+    for args in ((x, g), (g, x), (x, 2.0, g)[::2]):
+        y = ed.mul(*args)
+        assert y.shape == (100, 40) and y.dtype == np.float32 and y._meta.ndim == 2
+
+
 def test_numpy_chunks_compute_like_the_ops(ed, fakes, rng):
     a = rng.standard_normal((70, 33)).astype(np.float32)
     w = rng.standard_normal(33).astype(np.float32)
