@@ -7,11 +7,11 @@
 //
 // The forward works in warp-sized chunks: each lane loads one pack of N elements, so a warp covers
 // 32 * N elements = N mask words per trip. The warp-stride loop's condition depends only on the
-// chunk index, so every lane takes every trip and the __ballot_sync calls use the full mask: the
-// range is in effect rounded up to whole chunks, lanes past n vote 0. (A
-// __ballot_sync(__activemask(), ...) inside a grid-stride loop over n, as in the original, builds
-// wrong words when the loop leaves a warp partly active, and __activemask() guarantees nothing
-// about convergence.)
+// chunk index, so every lane takes every trip and the warp shuffles and ballots that build the mask
+// words use the full mask: the range is in effect rounded up to whole chunks, lanes past n give 0
+// bits. (A __ballot_sync(__activemask(), ...) inside a grid-stride loop over n, as in the
+// original, builds wrong words when the loop leaves a warp partly active, and __activemask()
+// guarantees nothing about convergence.)
 #pragma once
 #include "elementwise.cuh"
 
@@ -35,6 +35,7 @@ template <int N, typename T, typename C, bool kAdd>
 __global__ void __launch_bounds__(kBlock)
 relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, const T* __restrict__ x,
                  const T* __restrict__ addend, int sx, int sa) {
+  static_assert(32 % N == 0, "a lane's bits must lie inside one mask word");
   constexpr int kChunk = 32 * N;
   const ReluBit<T, C, kAdd> f;
   const int lane = threadIdx.x & 31;
@@ -75,16 +76,28 @@ relu_mask_kernel(int64_t n, T* __restrict__ y, uint32_t* __restrict__ mask, cons
         }
       }
     }
-    // Word k of this chunk covers its elements 32k .. 32k+31. Lane l votes the bit of element
-    // 32k + l, which lane (32k + l) / N holds as bit (32k + l) % N: one shuffle and one ballot per
-    // word, then lanes 0..N-1 store the N words side by side (a coalesced store).
+    // Word k of this chunk covers its elements 32k .. 32k+31: the N bits of each of lanes
+    // G k .. G k + G - 1 (G = 32 / N), side by side.
+    constexpr int G = 32 / N;
+    if constexpr (N >= 4) {
+      // log2(G) shift-and-or steps down the warp gather a word into lane G k; lanes 0, G, 2G, ...
+      // store the N words side by side (a coalesced store)
+      uint32_t word = bits;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int e = 32 * k + lane;
-      const uint32_t held = __shfl_sync(kFullWarp, bits, e / N);
-      const uint32_t word = __ballot_sync(kFullWarp, (held >> (e % N)) & 1u);
-      const int64_t w = c * N + k;
-      if (lane == k && w < words) mask[w] = word;
+      for (int d = 1; d < G; d *= 2) word |= __shfl_down_sync(kFullWarp, word, d) << (d * N);
+      const int64_t w = c * N + lane / G;
+      if (lane % G == 0 && w < words) mask[w] = word;
+    } else {
+      // narrow packs (a misaligned y): one shuffle and one ballot per word are fewer steps. Lane
+      // l votes the bit of element 32k + l, which lane (32k + l) / N holds as bit (32k + l) % N.
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int e = 32 * k + lane;
+        const uint32_t held = __shfl_sync(kFullWarp, bits, e / N);
+        const uint32_t word = __ballot_sync(kFullWarp, (held >> (e % N)) & 1u);
+        const int64_t w = c * N + k;
+        if (lane == k && w < words) mask[w] = word;
+      }
     }
   }
 }
