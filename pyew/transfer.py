@@ -168,7 +168,7 @@ _small: Pinned | None = None
 _uploads: collections.deque = collections.deque()
 _upload_cursor = 0
 _spare_events: dict[int, list] = {}       # per GPU: retired upload events, recorded again later
-_MAX_UPLOADS = 64
+_MAX_UPLOADS = 64                          # regions (and events) in flight at most
 
 
 def _retire_oldest() -> None:
