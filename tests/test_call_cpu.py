@@ -182,3 +182,24 @@ def test_the_common_device_call_keeps_the_streams_books(fakes, rng):
     np.testing.assert_array_equal(pyew.scale(x, alpha=2.0).get(), a * np.float32(2))  # a param
     with pytest.raises(TypeError):
         pyew.relu(x, x)
+
+
+@needs_lib
+def test_a_read_only_gpu_array_is_refused_as_out(fakes, rng):
+    """One GPU: DeviceArray inputs with a read-only import as out= leave the short path and get
+    the general path's error; out keeps its contents."""
+    from pyew import interop
+    from pyew import runtime as rt
+    a = rng.standard_normal(64).astype(np.float32)
+    x = pyew.asarray(a)
+    keep = pyew.asarray(np.full(64, 7, np.float32))
+
+    class ReadOnly:
+        __cuda_array_interface__ = {"shape": (64,), "typestr": "<f4", "data": (keep.ptr, True),
+                                    "version": 3, "strides": None, "stream": 1}
+
+    ro = interop.import_device(ReadOnly(), rt.DEFAULT_STREAM)
+    assert ro.readonly
+    with pytest.raises(ValueError, match="read-only GPU array"):
+        pyew.add(x, x, out=ro)
+    np.testing.assert_array_equal(keep.get(), np.full(64, 7, np.float32))

@@ -230,6 +230,25 @@ def test_out_pairs_and_host_pointers(two, rng):
 
 
 @needs_lib
+def test_a_read_only_gpu_array_is_refused_as_out(two, rng):
+    """A read-only import (its producer said so) as out= of DeviceArrays on GPU 1: refused with the
+    general path's error, nothing written, also where the DeviceArray fast path would take it."""
+    a = rng.standard_normal(64).astype(np.float32)
+    x = on_gpu(a, 1)
+    keep = on_gpu(np.full(64, 7, np.float32), 1)
+
+    class ReadOnly:
+        __cuda_array_interface__ = {"shape": (64,), "typestr": "<f4", "data": (keep.ptr, True),
+                                    "version": 3, "strides": None, "stream": 1}
+
+    ro = pyew.interop.import_device(ReadOnly(), rt.default_stream(1))
+    assert ro.readonly and ro.device.id == 1
+    with pytest.raises(ValueError, match="read-only GPU array"):
+        pyew.add(x, x, out=ro)
+    np.testing.assert_array_equal(keep.get(), np.full(64, 7, np.float32))
+
+
+@needs_lib
 def test_to_device_orders_the_source_after_the_copy(two, monkeypatch):
     waits = []
     monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.ordinal, o.ordinal)))
