@@ -1,7 +1,7 @@
 """Wheel and install build: `pip wheel .` / `pip install .` run the Makefile (nvcc needed) and ship
-build/libew.so and its manifest inside the package as pyew/_lib/. The generator is a build tool and
-is not installed. Set PYEW_SPEC="libew/ops.toml my_ops.toml" to build other spec files in, and
-ARCH / NVCC / CUDA_HOME as for make."""
+build/libew.so, its manifest and pyew's C extension inside the package as pyew/_lib/. The
+generator is a build tool and is not installed. Set PYEW_SPEC="libew/ops.toml my_ops.toml" to build
+other spec files in, and ARCH / NVCC / CUDA_HOME as for make."""
 from __future__ import annotations
 
 import os
@@ -37,10 +37,14 @@ class BuildWithLibew(build_py):
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("libew.so", "manifest.json"):
             shutil.copy2(build / name, dest / name)
+        ext = build / "_ewcall.abi3.so"        # absent without the Python headers: pyew uses ctypes
+        if ext.exists():
+            shutil.copy2(ext, dest / ext.name)
 
 
 class PlatformWheel(bdist_wheel):
-    """libew.so is loaded with ctypes, not imported: any Python 3, this platform."""
+    """libew.so is loaded with ctypes, not imported, and the C extension (stable ABI) is optional:
+    pyew falls back to ctypes where it cannot load. Any Python 3, this platform."""
 
     def finalize_options(self):
         super().finalize_options()

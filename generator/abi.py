@@ -66,6 +66,27 @@ def symbol(op: str, dtype, role: str = "", *, variant: str = "", index: str = ""
     return "_".join(parts)
 
 
+# The member of ew_arg (libew/ew_api.h) each kind travels in, in an entry's packed twin.
+ARG_MEMBER = {"out": "p", "in": "p", "stream": "p", "layout": "p", "i64": "i", "i32": "i", "u64": "u", "f64": "f"}
+
+
+def packed_symbol(symbol_: str) -> str:
+    """The packed twin of an entry point: `int <symbol>_packed(const ew_arg* args)`, the same call
+    with the arguments in an array, for callers that cannot spell each signature (pyew's C
+    extension). No procedural name ends in `_packed`: the last part is a dtype or index token."""
+    return symbol_ + "_packed"
+
+
+def packed_head(fn) -> str:
+    return f"EW_API int {packed_symbol(fn.symbol)}(const ew_arg* args)"
+
+
+def packed_call(fn) -> str:
+    """The packed twin's body: the entry called with each argument cast back to its C type."""
+    parts = [f"({C_TYPES[kind]})args[{i}].{ARG_MEMBER[kind]}" for i, (_, kind) in enumerate(fn.args)]
+    return f"return {fn.symbol}({', '.join(parts)});"
+
+
 def param_kind(param) -> str:
     """The ABI kind of a spec param (a generator.spec.Param)."""
     return PARAM_KINDS[param.type]

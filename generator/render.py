@@ -117,7 +117,8 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
             "kernels": [{
                 "dtype": k.dtype.name, "out_dtype": k.out_dtype.name,
                 "paired": op.pair_expr(k.dtype) is not None,
-                "entries": [{"role": e.role, "symbol": e.symbol, "args": [list(a) for a in e.args]}
+                "entries": [{"role": e.role, "symbol": e.symbol, "packed": abi.packed_symbol(e.symbol),
+                             "args": [list(a) for a in e.args]}
                             for e in k.entries()],
             } for k in op.kernels()],
         })
@@ -182,6 +183,7 @@ def generate(spec: Spec, out: Path, command: str | None = None) -> dict:
     # cannot end it early, because ')' is written as \u0029 there (it only occurs in JSON strings).
     man_json = json.dumps(man, indent=1, sort_keys=True).replace(")EW_MANIFEST", "\\u0029EW_MANIFEST")
     files[gen / "ew_manifest.cu"] = render("manifest.cu.mako", sources=sources_label, manifest_json=man_json)
+    files[gen / "ew_packed.cu"] = render("packed.cu.mako", sources=sources_label, kernels=spec.kernels())
     files[out / "ew.h"] = render("ew.h.mako", sources=sources_label, kernels=spec.kernels())
     files[out / "manifest.json"] = man_json + "\n"
     files[gen / "sources.json"] = json.dumps(_source_index(spec), indent=1, sort_keys=True) + "\n"

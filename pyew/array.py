@@ -43,16 +43,14 @@ class Buffer:
                 self.others.append(stream)
 
     def __del__(self):
-        if not self.ptr or sys.is_finalizing():
+        if not self.ptr:
             return
         try:
-            if self.others is None and rt.only_one_gpu():
-                rt.free(self.ptr, self.stream, self.nbytes)     # one GPU, one stream: nothing to order
-            elif rt.several():
+            if self.others is None:
+                rt.free(self.ptr, self.stream, self.nbytes)     # one stream: nothing to order
+            elif not sys.is_finalizing():
                 with rt.on(self.stream.ordinal):
                     self._release()
-            else:
-                self._release()
         except Exception:   # never raise from a finalizer (e.g. the context is gone at exit)
             pass
         self.ptr = 0

@@ -19,6 +19,7 @@ def info(argv) -> int:
         print(f"            not usable: {e}")
         return 1
     man = lib.manifest
+    print(f"calls       {'C extension ' if lib.ext is not None else 'ctypes: '}{lib.calls_note}")
     print(f"ABI         {man.abi} (this pyew reads {library.ABI_VERSION})")
     print(f"ops         {len(man.ops)} spec ops, {len(pyew.ops())} functions, "
           f"{sum(len(o.kernels) for o in man.ops)} kernels")

@@ -4,12 +4,20 @@ Order: $PYEW_LIB, then build/libew.so of the checkout this package sits in, then
 ships inside the package (pyew/_lib/libew.so). The library's ABI version must match; its
 embedded op table (the manifest) is parsed once into the frozen dataclasses below, which the rest
 of pyew uses; if a spec file it was built from has changed since, the library is refused as
-stale. Every entry point gets its argtypes/restype from the manifest once, here.
+stale.
+
+Entry points are called through pyew's C extension (_ewcall.abi3.so, built beside libew.so),
+which calls each entry's packed twin and costs a fraction of a ctypes call; where it was not
+built (no Python headers) or cannot load, or PYEW_CTYPES=1 is set, each entry is declared to
+ctypes from the manifest instead. Either way an entry is called as fn(*args) and returns the
+cudaError_t value.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import threading
@@ -27,8 +35,28 @@ BUNDLED = _PACKAGE / "_lib" / "libew.so"
 # C type of each argument kind of the ABI (generator/ writes the kinds into the manifest).
 _ABI_CTYPES = {"out": ctypes.c_void_p, "in": ctypes.c_void_p, "stream": ctypes.c_void_p,
                "i64": ctypes.c_int64, "f64": ctypes.c_double, "i32": ctypes.c_int,
-               "layout": ctypes.c_void_p}
+               "layout": ctypes.c_void_p, "u64": ctypes.c_uint64}
+# Argument kind -> the C extension's conversion code (pyew/_ewcall.c).
+_EXT_CODES = {"out": "p", "in": "p", "stream": "p", "layout": "p", "i64": "l", "f64": "d", "i32": "i", "u64": "u"}
 _DEFAULT_BUILD = "make all"
+EXTENSION = "_ewcall.abi3.so"      # built beside libew.so by the Makefile
+
+
+def load_extension(folder: Path):
+    """pyew's C extension from `folder`, or (None, why not)."""
+    if os.environ.get("PYEW_CTYPES", "") not in ("", "0"):
+        return None, "PYEW_CTYPES is set"
+    path = folder / EXTENSION
+    if not path.exists():
+        return None, f"no {path} (built only where the Python headers are installed)"
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("pyew._ewcall", str(path))
+        spec = importlib.util.spec_from_file_location("pyew._ewcall", path, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError) as e:
+        return None, f"cannot load {path}: {e}"
+    return module, str(path)
 
 
 def library_path() -> Path:
@@ -148,6 +176,7 @@ class Library:
             raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; "
                                f"rebuild it: {self.build_command}")
         self._check_fresh(raw)
+        self.ext, self.calls_note = load_extension(path.parent)
         self._declare("ew_error_name", [ctypes.c_int]).restype = ctypes.c_char_p
         self.fill = self._declare("ew_fill", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
                                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
@@ -167,6 +196,19 @@ class Library:
         f.restype = ctypes.c_int
         return f
 
+    def _bind(self, entry: dict, args):
+        """An entry point as a Python callable: its packed twin through the C extension when
+        both are there, else the entry itself through ctypes."""
+        packed = entry.get("packed")
+        if self.ext is None or not packed:
+            return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
+        try:
+            address = ctypes.cast(getattr(self.cdll, packed), ctypes.c_void_p).value
+        except AttributeError:
+            raise LibraryError(f"{self.path} lacks {packed}, which its own manifest lists; "
+                               f"rebuild it: {self.build_command}") from None
+        return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
+
     def _parse(self, raw: dict) -> Manifest:
         try:
             ops = tuple(self._op(o) for o in raw["ops"])
@@ -185,7 +227,7 @@ class Library:
                 unknown = [kind for _, kind in args if kind not in _ABI_CTYPES]
                 if unknown:
                     raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
-                fn = self._declare(e["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
+                fn = self._bind(e, args)
                 entries.append(Entry(e["role"], e["symbol"], args, fn))
             kernels.append(Kernel(dt.BY_NAME[k["dtype"]], dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")),
                                   tuple(entries)))

@@ -366,6 +366,7 @@ class _Usable:
     """What a stream a user holds offers: its GPU, and `with s:` to make it the current stream of
     that GPU for ops in the block."""
     __slots__ = ()
+    reuse = None        # only a GPU's default stream keeps freed buffers (see malloc)
 
     @property
     def device(self) -> Device:
@@ -413,6 +414,7 @@ class RawStream:
     gave (CUDA Array Interface, DLPack; 1 is the legacy default stream and 2 the per-thread
     default, as in the CUDA headers), on GPU `ordinal`."""
     __slots__ = ("cu", "handle", "ordinal", "dims")
+    reuse = None
 
     def __init__(self, cu, ordinal: int):
         self.cu = cu
@@ -467,8 +469,8 @@ class _DefaultStream:
         self.ordinal = ordinal
         self.handle = 0
         self.cu = _rt.cudaStream_t(0) if _rt is not None else None
-        self.reuse: dict[int, list[int]] = {}
-        self.reuse_bytes = 0      # approximate under threads: list pop/append are atomic, this is not
+        self.reuse: dict[int, list[int]] = {}     # nbytes -> freed buffers of that size (see malloc)
+        self.reserved = 0
 
     def __getattr__(self, name):
         # `dims` is read on every launch: a plain attribute once the GPU is open
@@ -635,7 +637,9 @@ def synchronize() -> None:
 # Small buffers freed on a GPU's default stream are kept for the next allocation of the same size
 # on it: work queued on a stream runs in order, so the next user cannot overtake the last one.
 # This saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small
-# arrays; the pool behind it is already a caching allocator for everything else.
+# arrays; the pool behind it is already a caching allocator for everything else. A size is
+# admitted once, reserving room for _REUSE_PER_SIZE buffers of it against the GPU's total, so
+# that keeping and taking a buffer is a dict lookup and a list append or pop, without counters.
 _REUSE_MAX_BYTES = 1 << 20      # per buffer
 _REUSE_PER_SIZE = 4
 _REUSE_TOTAL_BYTES = 64 << 20   # held at most per GPU, over all sizes
@@ -643,19 +647,16 @@ _REUSE_TOTAL_BYTES = 64 << 20   # held at most per GPU, over all sizes
 
 def malloc(nbytes: int, stream) -> int:
     """Stream-ordered allocation from the pool of the stream's GPU."""
-    if nbytes == 0:
-        return 0
-    reuse = getattr(stream, "reuse", None)
+    reuse = stream.reuse
     if reuse is not None:
         kept = reuse.get(nbytes)
         if kept:
             try:
-                ptr = kept.pop()
+                return kept.pop()
             except IndexError:    # another thread took the last one
                 pass
-            else:
-                stream.reuse_bytes -= nbytes
-                return ptr
+    if nbytes == 0:
+        return 0
     props(stream.ordinal)                 # NoDeviceError before any CUDA call that would say less
     # from the pool of the stream's device (the current one, for a default stream)
     err, ptr = _rt.cudaMallocAsync(nbytes, stream.cu)
@@ -672,18 +673,27 @@ def malloc(nbytes: int, stream) -> int:
 
 
 def free(ptr: int, stream, nbytes: int = 0) -> None:
-    """Stream-ordered free; a small buffer (nbytes given) on a default stream is kept for reuse."""
-    if not ptr:
-        return
-    reuse = getattr(stream, "reuse", None)
-    if reuse is not None and 0 < nbytes <= _REUSE_MAX_BYTES and \
-            stream.reuse_bytes + nbytes <= _REUSE_TOTAL_BYTES:
-        kept = reuse.setdefault(nbytes, [])
-        if len(kept) < _REUSE_PER_SIZE:
-            kept.append(ptr)
-            stream.reuse_bytes += nbytes
+    """Stream-ordered free on the stream's GPU; a small buffer (nbytes given) on a default stream
+    is kept for reuse instead."""
+    reuse = stream.reuse
+    if reuse is not None and ptr:
+        kept = reuse.get(nbytes)
+        if kept is not None:
+            if len(kept) < _REUSE_PER_SIZE:
+                kept.append(ptr)
+                return
+        elif 0 < nbytes <= _REUSE_MAX_BYTES and \
+                stream.reserved + nbytes * _REUSE_PER_SIZE <= _REUSE_TOTAL_BYTES:
+            stream.reserved += nbytes * _REUSE_PER_SIZE     # approximate under threads, as the lists' lengths
+            reuse.setdefault(nbytes, []).append(ptr)
             return
-    check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
+    if not ptr or sys.is_finalizing():      # at exit the driver takes back what is left
+        return
+    if _several:
+        with on(stream.ordinal):
+            check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
+    else:
+        check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
 
 
 def memset(ptr: int, value: int, nbytes: int, stream_cu) -> None:

@@ -44,6 +44,7 @@ class FakeLib:
     def __init__(self, raw):
         self.path = Path("/fake/libew.so")
         self.build_command = "make all"
+        self.ext, self.calls_note = None, "a stand-in library"     # entries are Python functions
         self.calls = []
         self.broken: set[str] = set()
         self.fill = lambda *a: 0

@@ -26,7 +26,7 @@ def run_gen(out, *specs):
 def test_one_cu_per_op_dtype_and_manifest(tmp_path):
     spec = load([ROOT / "libew/ops.toml"])
     generate(spec, tmp_path)
-    cus = sorted(p.name for p in (tmp_path / "gen").glob("ew_*.cu") if p.name != "ew_manifest.cu")
+    cus = sorted(p.name for p in (tmp_path / "gen").glob("ew_*.cu") if p.name not in ("ew_manifest.cu", "ew_packed.cu"))
     assert cus == sorted(f"{k.name}.cu" for k in spec.kernels())
     text = (tmp_path / "gen" / "ew_gelu_f16.cu").read_text()
     assert text.startswith("// generated from") and "do not edit" in text.splitlines()[0]
@@ -41,6 +41,13 @@ def test_one_cu_per_op_dtype_and_manifest(tmp_path):
     header = (tmp_path / "ew.h").read_text()
     assert ("EW_API int ew_elu_bf16(void* out, const void* x, int64_t n, double alpha, void* stream, int sms, "
             "int threads_per_sm);") in header
+    # its packed twin: the same call, each argument read from its member of ew_arg and cast back
+    assert "EW_API int ew_elu_bf16_packed(const ew_arg* args);" in header
+    packed = (tmp_path / "gen" / "ew_packed.cu").read_text()
+    assert ("EW_API int ew_elu_bf16_packed(const ew_arg* args) {\n  return ew_elu_bf16((void*)args[0].p, "
+            "(const void*)args[1].p, (int64_t)args[2].i, (double)args[3].f, (void*)args[4].p, (int)args[5].i, "
+            "(int)args[6].i);\n}") in packed
+    assert next(e for e in elu["kernels"][0]["entries"] if e["role"] == "forward")["packed"] == "ew_elu_f32_packed"
 
 
 def test_header_compiles_as_c(tmp_path):
@@ -105,6 +112,7 @@ def test_every_definition_matches_its_declaration_in_ew_h(tmp_path):
     header = (tmp_path / "ew.h").read_text()
     declared = {line.split("  /*")[0] for line in header.splitlines() if line.startswith("EW_API ")}
     want = {abi.declaration(e) for k in spec.kernels() for e in k.entries()}
+    want |= {abi.packed_head(e) + ";" for k in spec.kernels() for e in k.entries()}
     want |= {abi.declaration(f) for f in abi.RUNTIME}
     assert declared == want
     defined = set()

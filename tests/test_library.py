@@ -31,6 +31,8 @@ def test_one_symbol_per_op_dtype():
     man = library.get().manifest
     want = {e.symbol for o in man.ops for k in o.kernels for e in k.entries}
     assert want <= exported
+    packed = {e["packed"] for o in man.raw["ops"] for k in o["kernels"] for e in k["entries"]}
+    assert packed == {s + "_packed" for s in want} and packed <= exported
     assert {"ew_abi_version", "ew_manifest", "ew_error_name", "ew_fill"} <= exported
     assert all(s.startswith("ew_") for s in exported), "only ew_ entry points are exported"
 

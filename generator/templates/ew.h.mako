@@ -13,6 +13,7 @@ ${abi.declaration(f)}
 % for k in kernels:
 %   for e in k.entries():
 ${abi.declaration(e)}  /* ${k.op.name} ${k.dtype.name}${'' if e.role == 'forward' else ' ' + e.role} */
+${abi.packed_head(e)};
 %   endfor
 % endfor
 

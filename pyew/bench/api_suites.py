@@ -227,7 +227,8 @@ def suite_overhead(run) -> None:
     if add is not None:
         entry = functools.partial(add.forward.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, dev.sms,
                                   dev.threads_per_sm)
-        cases.append((f"{add.symbol} via ctypes", "entry", entry))
+        how = "C extension" if run.lib.ext is not None else "ctypes"
+        cases.append((f"{add.symbol} via {how}", "entry", entry))
     for name, peer in run.peers.items():
         fn, _ = peer.api("add")
         if fn is not None:

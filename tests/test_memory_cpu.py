@@ -1,0 +1,113 @@
+"""The runtime's small-buffer reuse on a GPU's default stream, on the CPU: what is kept, for how
+many buffers and bytes, what goes back to the pool, and a Buffer's life through it."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pyew import runtime as rt
+from pyew.array import Buffer
+
+from .fake_cuda import one_gpu
+
+
+class PoolCalls:
+    """cudaMallocAsync / cudaFreeAsync of cuda-python, recorded; any other name is the real one."""
+
+    def __init__(self, real):
+        self._real = real
+        self.mallocs, self.frees = [], []
+        self._next = itertools.count(1 << 20, 1 << 12)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def cudaMallocAsync(self, nbytes, stream):
+        ptr = next(self._next)
+        self.mallocs.append((ptr, nbytes))
+        return (0, ptr)
+
+    def cudaFreeAsync(self, ptr, stream):
+        self.frees.append(ptr)
+        return (0,)
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    one_gpu(monkeypatch, rt.DeviceProps(0, "fake", (9, 0), 4, 2048, 1 << 30, 1 << 20, None))
+    calls = PoolCalls(rt._rt)
+    monkeypatch.setattr(rt, "_rt", calls)
+    stream = rt._DefaultStream(0)            # a fresh one: no buffers kept by other tests
+    stream.cu = 0
+    return calls, stream
+
+
+def test_small_frees_are_kept_per_size_then_handed_out(pool):
+    calls, s = pool
+    ptrs = [rt.malloc(256, s) for _ in range(rt._REUSE_PER_SIZE + 1)]
+    assert [p for p, _ in calls.mallocs] == ptrs
+    for p in ptrs:
+        rt.free(p, s, 256)
+    assert calls.frees == [ptrs[-1]]                   # one more than the size keeps goes back
+    kept = ptrs[:-1]
+    again = [rt.malloc(256, s) for _ in kept]
+    assert sorted(again) == sorted(kept) and len(calls.mallocs) == len(ptrs)   # no new allocation
+    assert rt.malloc(256, s) not in ptrs               # the list is empty: from the pool again
+
+
+def test_what_is_never_kept(pool, monkeypatch):
+    calls, s = pool
+    big = rt.malloc(rt._REUSE_MAX_BYTES + 1, s)
+    rt.free(big, s, rt._REUSE_MAX_BYTES + 1)
+    unsized = rt.malloc(64, s)
+    rt.free(unsized, s)                                # no size given: a plain free
+    assert calls.frees == [big, unsized]
+    assert rt.malloc(0, s) == 0 and len(calls.mallocs) == 2
+    rt.free(0, s, 64)                                  # nothing to free, nothing kept
+    assert calls.frees == [big, unsized] and s.reuse == {}
+    other = rt.RawStream.__new__(rt.RawStream)         # any stream but a default one allocates afresh
+    other.cu, other.ordinal = 0, 0
+    p = rt.malloc(64, other)
+    rt.free(p, other, 64)
+    assert calls.frees[-1] == p and s.reuse == {}
+
+
+def test_sizes_are_admitted_while_the_total_allows(pool, monkeypatch):
+    calls, s = pool
+    monkeypatch.setattr(rt, "_REUSE_TOTAL_BYTES", 3 * 1024 * rt._REUSE_PER_SIZE)
+    for size in (1024, 2048, 512):
+        rt.free(rt.malloc(size, s), s, size)
+    assert sorted(s.reuse) == [1024, 2048] and not calls.frees[:-1]
+    assert len(calls.frees) == 1                       # 512 would pass the total: freed
+    assert s.reserved == 3 * 1024 * rt._REUSE_PER_SIZE
+    two = [rt.malloc(1024, s), rt.malloc(1024, s)]     # the kept one, and a new one
+    for p in two:
+        rt.free(p, s, 1024)                            # an admitted size keeps both
+    assert sorted(s.reuse[1024]) == sorted(two) and len(calls.frees) == 1
+
+
+def test_a_buffer_goes_back_to_its_streams_list_and_is_reused(pool):
+    calls, s = pool
+    b = Buffer(4096, s)
+    ptr = b.ptr
+    del b
+    assert s.reuse[4096] == [ptr] and calls.frees == []
+    c = Buffer(4096, s)
+    assert c.ptr == ptr and s.reuse[4096] == [] and len(calls.mallocs) == 1
+    del c
+    assert s.reuse[4096] == [ptr]
+
+
+def test_a_buffer_used_on_another_stream_waits_for_it_then_frees(pool, monkeypatch):
+    calls, s = pool
+    waits = []
+    monkeypatch.setattr(rt, "stream_wait", lambda waiter, on: waits.append((waiter, on)))
+    other = rt.RawStream.__new__(rt.RawStream)
+    other.cu, other.ordinal = 0, 0
+    b = Buffer(4096, s)
+    ptr = b.ptr
+    b.used_on(other)
+    del b
+    assert waits == [(s, other)]
+    assert s.reuse.get(4096) == [ptr]                  # then kept: the wait orders the next user
