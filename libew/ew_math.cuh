@@ -52,6 +52,19 @@ __device__ __forceinline__ C div(C a, C b) {
   else return a / b;
 }
 
+// 1 / x within an ulp for float (rcp.approx and one Newton step, a few instructions fewer than the
+// IEEE division and its slow-path check; for normal x with a normal reciprocal); correctly rounded
+// for double.
+template <typename C>
+__device__ __forceinline__ C recip(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    const float r = rcp_fast(x);
+    return fmaf(r, fmaf(-x, r, 1.f), r);
+  } else {
+    return C(1) / x;
+  }
+}
+
 // Logistic sigmoid without overflow: exp only ever sees a non-positive argument.
 template <typename R = void, typename C>
 __device__ __forceinline__ C sigmoid(C x) {
@@ -61,7 +74,7 @@ __device__ __forceinline__ C sigmoid(C x) {
     return x >= 0.f ? r : e * r;
   } else {
     const C e = exp(-fabs(x));                // in (0, 1]; NaN stays NaN
-    const C r = C(1) / (C(1) + e);
+    const C r = recip(C(1) + e);              // of a value in (1, 2]
     return x >= C(0) ? r : e * r;
   }
 }
@@ -113,13 +126,48 @@ __device__ __forceinline__ C expm1(C x) {
   }
 }
 
-// erfc(z) for 0 <= z <= 20 as t * exp(-z^2 + P(t)), t = 1 / (1 + z/2) (Numerical Recipes'
+// Float operations rounded on their own: the compiler never fuses them into an FMA. The error-free
+// steps below (the normal tail's exponent split, gelu_tanh's argument) depend on it: contracting
+// vh + rest into fma(sh, x, rest), say, counts the product's rounding error twice.
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Phi(-a) = erfc(a/sqrt2)/2 for 0 <= a <= 18 (NaN stays NaN), for float results, with float
+// operations only: t * exp(P(t) - a^2/2) / 2, t = 1 / (1 + z/2), z = a/sqrt2 (Numerical Recipes'
 // erfcc: relative error below 1.1e-7 over the whole range, checked against math.erfc). The
-// caller passes -z^2 split as e_hi + e_lo with e_hi exact, because the relative error of exp(a)
-// is the absolute error of a: for z = 9, rounding -z^2 to float alone would cost 5e-6.
-__device__ __forceinline__ float erfc_accurate(float z, float e_hi, float e_lo) {
-  // An exact division: rcp.approx's 2 ulp in t would show up amplified in erfc.
-  const float t = 1.f / fmaf(0.5f, z, 1.f);
+// relative error of exp(v) is the absolute error of v, and a^2/2 reaches 162 (a = 18), where a
+// float's half ulp is 8e-6: so a^2 = hi + lo exactly, and -hi/2 log2(e) is split into an integer n
+// (rounded in the low bits of k) and a remainder formed with the product's rounding error kept
+// (fma), which with P(t) - lo/2 goes through one ex2.approx of an argument below 2.5 in
+// magnitude. 2^(n-1) is applied as two normal powers of two, so that a subnormal result is
+// rounded once. t comes from rcp.approx and one Newton step. The float32 emulation of every
+// step, with rcp and ex2 pushed 1 and 2 ulp either way, stays below 6.2e-7 of the float64 result
+// (scripts/normal_tail_error.py; the tests allow 1e-6).
+constexpr double kLog2e = 1.4426950408889634;
+constexpr float kHalfLog2eHi = static_cast<float>(0.5 * kLog2e);
+constexpr float kHalfLog2eLo = static_cast<float>(0.5 * kLog2e - static_cast<double>(kHalfLog2eHi));
+
+__device__ __forceinline__ float lower_normal_tail_accurate(float a) {
+  const float t = recip(fmaf(0.35355339f, a, 1.f));
   float p = 0.17087277f;
   p = fmaf(p, t, -0.82215223f);
   p = fmaf(p, t, 1.48851587f);
@@ -130,7 +178,19 @@ __device__ __forceinline__ float erfc_accurate(float z, float e_hi, float e_lo) 
   p = fmaf(p, t, 0.37409196f);
   p = fmaf(p, t, 1.00002368f);
   p = fmaf(p, t, -1.26551223f);
-  return t * (expf(e_hi) * __expf(p + e_lo));   // expf: within 2 ulp at any exact e_hi
+  const float hi = mul_rn(a, a);
+  const float lo = fmaf(a, a, -hi);                        // a^2 = hi + lo exactly
+  constexpr float kRound = 12582912.f;                     // 1.5 * 2^23: k's ulp is 1
+  const float k = fmaf(-kHalfLog2eHi, hi, kRound);         // kRound + round(-hi log2(e) / 2)
+  const float n = sub_rn(k, kRound);
+  float f = fmaf(-kHalfLog2eHi, hi, -n);                   // exact product, one rounding
+  f = fmaf(-kHalfLog2eLo, hi, f);
+  f = fmaf(fmaf(-0.5f, lo, p), static_cast<float>(kLog2e), f);
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f));
+  const int m = __float_as_int(k) - __float_as_int(kRound) - 1;   // n - 1, in [-235, -1]
+  const int m1 = m >> 1;
+  return mul_rn(mul_rn(t, e), __int_as_float((m1 + 127) << 23)) * __int_as_float((m - m1 + 127) << 23);
 }
 
 // Phi(-a) = erfc(a/sqrt2)/2 for a >= 0 (or +inf), for 16-bit results: the same form in base 2,
@@ -163,11 +223,8 @@ __device__ __forceinline__ float normal_cdf(float x) {
   if constexpr (narrow_v<R>) {
     h = lower_normal_tail_fast<R>(fabsf(x));   // +-inf: t = 0, 2^-inf = 0; NaN stays NaN
   } else {
-    // Past |x| = 20, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
-    const float a = fabsf(x) > 20.f ? 20.f : fabsf(x);
-    const float hi = a * a;
-    const float lo = fmaf(a, a, -hi);          // a^2 = hi + lo exactly
-    h = 0.5f * erfc_accurate(a * 0.70710678118654752f, -0.5f * hi, -0.5f * lo);
+    // Past |x| = 18, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
+    h = lower_normal_tail_accurate(fabsf(x) > 18.f ? 18.f : fabsf(x));
   }
   return x < 0.f ? h : 1.f - h;
 }
@@ -186,31 +243,6 @@ constexpr float kGeluC1h = static_cast<float>(kGeluC1);
 constexpr float kGeluC1l = static_cast<float>(kGeluC1 - static_cast<double>(kGeluC1h));
 constexpr float kGeluC3h = static_cast<float>(kGeluC3);
 constexpr float kGeluC3l = static_cast<float>(kGeluC3 - static_cast<double>(kGeluC3h));
-
-// Float operations rounded on their own: the compiler never fuses them into an FMA. The error-free
-// steps below depend on it: contracting vh + rest into fma(sh, x, rest), say, counts the product's
-// rounding error twice.
-__host__ __device__ __forceinline__ float add_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 
 // v = x (c1 + c3 x^2) = vh + vl, |vl| <= ulp(vh) / 2, within about 2^-44 relative of the exact
 // value (products split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; about 20 float
