@@ -2,7 +2,9 @@
 kernels for parametrization, and the C compile check of the generated header."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +65,24 @@ def header_compiles_as_c(gen_dir, main_expr: str) -> None:
     r = subprocess.run(["gcc", "-fsyntax-only", "-I", str(gen_dir), "-I", str(ROOT / "libew"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def run_in_threads(fn, n: int) -> None:
+    """fn(0) .. fn(n - 1), each on its own thread, all started before any is joined."""
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@contextlib.contextmanager
+def busy_torch_stream(torch, n: int, sleep_cycles: int):
+    """A torch side stream kept busy for `sleep_cycles`, then filling a new tensor of n float32
+    with 3.0; yields (stream, tensor) inside `torch.cuda.stream(stream)`, before that work is done."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.empty(n, device="cuda")
+        torch.cuda._sleep(sleep_cycles)
+        x.fill_(3.0)
+        yield side, x

@@ -3,15 +3,13 @@ peer copies, other libraries' arrays on the second GPU, and threads on different
 need two GPUs skip on a machine with one."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import pyew
 from pyew import dlpack
 
-from .helpers import poison, random_array
+from .helpers import poison, random_array, run_in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -141,11 +139,7 @@ def test_threads_on_different_gpus(two_gpus, rng):
                 x = pyew.add(x, 1.0)
             got[i] = (x.device.id, x.get(), pyew.sigmoid(data[i]))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, 2)
     for i in range(2):
         dev, x, s = got[i]
         assert dev == i

@@ -10,7 +10,7 @@ import pytest
 import pyew
 from pyew import dlpack
 
-from .helpers import poison, random_array
+from .helpers import busy_torch_stream, poison, random_array
 
 pytestmark = pytest.mark.gpu
 
@@ -91,12 +91,7 @@ def test_exported_array_outlives_the_device_array(torch_cuda, rng):
 def test_torch_producer_stream_is_waited_for(torch_cuda):
     """A tensor still being written on a torch side stream: pyew (on the legacy default stream)
     must see the finished values, through DLPack's stream handshake, without a device sync."""
-    torch = torch_cuda
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        x = torch.empty(1 << 22, device="cuda")
-        torch.cuda._sleep(200_000_000)                     # keeps the side stream busy
-        x.fill_(3.0)
+    with busy_torch_stream(torch_cuda, 1 << 22, 200_000_000) as (side, x):
         y = pyew.scale(x, alpha=2.0)                        # inside: the producer stream is `side`
     got = y.get()
     assert np.all(got == 6.0)
@@ -185,11 +180,8 @@ def test_special_ops_take_foreign_arrays(torch_cuda, rng):
 def test_external_streams(torch_cuda, cupy, rng):
     """stream= and `with` take another library's stream: pyew's work is ordered with its work."""
     torch = torch_cuda
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        x = torch.empty(1 << 22, device="cuda")
-        torch.cuda._sleep(100_000_000)                      # keeps the side stream busy
-        x.fill_(3.0)
+    with busy_torch_stream(torch, 1 << 22, 100_000_000) as (side, x):
+        pass
     s = pyew.ExternalStream(side.cuda_stream)
     assert s.device == pyew.Device(x.device.index)
     r = pyew.add(x, 1.0, stream=s)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 import time
 
 import numpy as np
@@ -14,6 +13,7 @@ from pyew import transfer
 from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
+from .helpers import run_in_threads
 
 
 class _S:
@@ -189,11 +189,7 @@ def test_two_threads_at_once(fake):
         transfer.stream_call([transfer.HostOperand(xs[i], xs[i].shape)] * 2, [out], xs[i].shape, _add_kernel, S)
         results[i] = out
 
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(run, 4)
     for x, r in zip(xs, results):
         assert np.array_equal(r, 2 * x)
 

@@ -12,7 +12,7 @@ import pytest
 
 import pyew
 
-from .helpers import random_array
+from .helpers import random_array, run_in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -51,11 +51,7 @@ def test_two_threads_at_once(rng):
     def run(i):
         got[i] = pyew.mul(xs[i], xs[(i + 1) % 4])
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(run, 4)
     for i in range(4):
         np.testing.assert_array_equal(got[i], xs[i] * xs[(i + 1) % 4])
 
