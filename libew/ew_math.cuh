@@ -189,8 +189,10 @@ __device__ __forceinline__ float lower_normal_tail_accurate(float a) {
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f));
   const int m = __float_as_int(k) - __float_as_int(kRound) - 1;   // n - 1, in [-235, -1]
-  const int m1 = m >> 1;
-  return mul_rn(mul_rn(t, e), __int_as_float((m1 + 127) << 23)) * __int_as_float((m - m1 + 127) << 23);
+  const int m1 = m >> 1;                   // 2^m1 and 2^(m - m1): biased exponents in [9, 127]
+  // (unsigned: a NaN a leaves m far out of range, and its product is NaN whatever the factors)
+  const auto pow2 = [](int j) { return __uint_as_float((static_cast<unsigned>(j) + 127u) << 23); };
+  return mul_rn(mul_rn(t, e), pow2(m1)) * pow2(m - m1);
 }
 
 // Phi(-a) = erfc(a/sqrt2)/2 for a >= 0 (or +inf), for 16-bit results: the same form in base 2,
