@@ -69,15 +69,19 @@ $(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
 
-# pyew's C extension, which calls the entry points without ctypes (stable ABI: any Python >= 3.11).
-# Without the Python headers it is skipped and pyew calls through ctypes.
-PYINC = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+# pyew's C extension, which calls the entry points without ctypes (stable ABI: any Python >= 3.11
+# with the GIL). Without the Python headers, on a free-threaded Python, or if the compile fails, it
+# is left out and pyew calls through ctypes.
+PYINC := $(shell $(PYTHON) -c "import sysconfig as s; print('' if s.get_config_var('Py_GIL_DISABLED') else s.get_paths()['include'])" 2>/dev/null)
 $(BUILD)/_ewcall.abi3.so: pyew/_ewcall.c libew/ew_api.h
-	@if [ -f $(call shq,$(PYINC))/Python.h ]; then \
-	  echo "cc $<" && $(CC) -O2 -Wall -Wextra -shared -fPIC -Ilibew -I$(call shq,$(PYINC)) -o $@.tmp $< && mv $@.tmp $@; \
+	@rm -f $@
+	@if [ -n $(call shq,$(PYINC)) ] && [ -f $(call shq,$(PYINC))/Python.h ] && echo "cc $<" && \
+	    $(CC) -O2 -Wall -Wextra -shared -fPIC -Ilibew -I$(call shq,$(PYINC)) -o $@.tmp $<; then \
+	  mv $@.tmp $@; \
 	else \
-	  echo "note: no Python.h under $(PYINC): pyew will call libew through ctypes, which costs about a" \
-	       "microsecond more per call (install the Python development headers and rerun make for the faster path)"; \
+	  rm -f $@.tmp; \
+	  echo "note: pyew's C extension was not built (no Python.h for $(PYTHON), a free-threaded Python, or the" \
+	       "compile failed): pyew calls libew through ctypes, about a microsecond more per call"; \
 	fi
 
 # Generated sources compile through generator/nvcc.py: on an error it adds a line naming the spec

@@ -20,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import sysconfig
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ def load_extension(folder: Path):
     """pyew's C extension from `folder`, or (None, why not)."""
     if os.environ.get("PYEW_CTYPES", "") not in ("", "0"):
         return None, "PYEW_CTYPES is set"
+    if ".abi3.so" not in importlib.machinery.EXTENSION_SUFFIXES or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None, "this Python does not load stable-ABI extensions (a free-threaded build)"
     path = folder / EXTENSION
     if not path.exists():
         return None, f"no {path} (built only where the Python headers are installed)"
@@ -207,7 +210,10 @@ class Library:
         except AttributeError:
             raise LibraryError(f"{self.path} lacks {packed}, which its own manifest lists; "
                                f"rebuild it: {self.build_command}") from None
-        return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
+        try:
+            return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
+        except ValueError:      # more arguments than the extension takes (a spec with many params)
+            return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
 
     def _parse(self, raw: dict) -> Manifest:
         try:

@@ -470,7 +470,7 @@ class _DefaultStream:
         self.handle = 0
         self.cu = _rt.cudaStream_t(0) if _rt is not None else None
         self.reuse: dict[int, list[int]] = {}     # nbytes -> freed buffers of that size (see malloc)
-        self.reserved = 0
+        self.held = 0                             # bytes in those lists
 
     def __getattr__(self, name):
         # `dims` is read on every launch: a plain attribute once the GPU is open
@@ -637,9 +637,9 @@ def synchronize() -> None:
 # Small buffers freed on a GPU's default stream are kept for the next allocation of the same size
 # on it: work queued on a stream runs in order, so the next user cannot overtake the last one.
 # This saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small
-# arrays; the pool behind it is already a caching allocator for everything else. A size is
-# admitted once, reserving room for _REUSE_PER_SIZE buffers of it against the GPU's total, so
-# that keeping and taking a buffer is a dict lookup and a list append or pop, without counters.
+# arrays; the pool behind it is already a caching allocator for everything else. The bytes held
+# count against the GPU's total as they are kept and come back as they are taken (the count is
+# approximate under threads, as the lists' lengths are).
 _REUSE_MAX_BYTES = 1 << 20      # per buffer
 _REUSE_PER_SIZE = 4
 _REUSE_TOTAL_BYTES = 64 << 20   # held at most per GPU, over all sizes
@@ -652,9 +652,12 @@ def malloc(nbytes: int, stream) -> int:
         kept = reuse.get(nbytes)
         if kept:
             try:
-                return kept.pop()
+                ptr = kept.pop()
             except IndexError:    # another thread took the last one
                 pass
+            else:
+                stream.held -= nbytes
+                return ptr
     if nbytes == 0:
         return 0
     props(stream.ordinal)                 # NoDeviceError before any CUDA call that would say less
@@ -676,16 +679,14 @@ def free(ptr: int, stream, nbytes: int = 0) -> None:
     """Stream-ordered free on the stream's GPU; a small buffer (nbytes given) on a default stream
     is kept for reuse instead."""
     reuse = stream.reuse
-    if reuse is not None and ptr:
+    if reuse is not None and ptr and 0 < nbytes <= _REUSE_MAX_BYTES and \
+            stream.held + nbytes <= _REUSE_TOTAL_BYTES:
         kept = reuse.get(nbytes)
-        if kept is not None:
-            if len(kept) < _REUSE_PER_SIZE:
-                kept.append(ptr)
-                return
-        elif 0 < nbytes <= _REUSE_MAX_BYTES and \
-                stream.reserved + nbytes * _REUSE_PER_SIZE <= _REUSE_TOTAL_BYTES:
-            stream.reserved += nbytes * _REUSE_PER_SIZE     # approximate under threads, as the lists' lengths
-            reuse.setdefault(nbytes, []).append(ptr)
+        if kept is None:
+            kept = reuse.setdefault(nbytes, [])
+        if len(kept) < _REUSE_PER_SIZE:
+            kept.append(ptr)
+            stream.held += nbytes
             return
     if not ptr or sys.is_finalizing():      # at exit the driver takes back what is left
         return

@@ -73,18 +73,18 @@ def test_what_is_never_kept(pool, monkeypatch):
     assert calls.frees[-1] == p and s.reuse == {}
 
 
-def test_sizes_are_admitted_while_the_total_allows(pool, monkeypatch):
+def test_the_total_bounds_what_is_held_and_comes_back_when_taken(pool, monkeypatch):
     calls, s = pool
-    monkeypatch.setattr(rt, "_REUSE_TOTAL_BYTES", 3 * 1024 * rt._REUSE_PER_SIZE)
-    for size in (1024, 2048, 512):
-        rt.free(rt.malloc(size, s), s, size)
-    assert sorted(s.reuse) == [1024, 2048] and not calls.frees[:-1]
-    assert len(calls.frees) == 1                       # 512 would pass the total: freed
-    assert s.reserved == 3 * 1024 * rt._REUSE_PER_SIZE
-    two = [rt.malloc(1024, s), rt.malloc(1024, s)]     # the kept one, and a new one
-    for p in two:
-        rt.free(p, s, 1024)                            # an admitted size keeps both
-    assert sorted(s.reuse[1024]) == sorted(two) and len(calls.frees) == 1
+    monkeypatch.setattr(rt, "_REUSE_TOTAL_BYTES", 3072)
+    a, b, c = rt.malloc(1024, s), rt.malloc(2048, s), rt.malloc(512, s)
+    for p, size in ((a, 1024), (b, 2048), (c, 512)):
+        rt.free(p, s, size)
+    assert s.reuse[1024] == [a] and s.reuse[2048] == [b] and s.held == 3072
+    assert calls.frees == [c]                          # 512 more would pass the total: freed
+    assert rt.malloc(2048, s) == b and s.held == 1024  # taking one gives its bytes back
+    d = rt.malloc(512, s)
+    rt.free(d, s, 512)                                 # so a new size is kept again
+    assert s.reuse[512] == [d] and s.held == 1536 and calls.frees == [c]
 
 
 def test_a_buffer_goes_back_to_its_streams_list_and_is_reused(pool):
