@@ -201,19 +201,19 @@ class Library:
 
     def _bind(self, entry: dict, args):
         """An entry point as a Python callable: its packed twin through the C extension when
-        both are there, else the entry itself through ctypes."""
+        both are there and the extension takes its arguments, else the entry itself through ctypes."""
         packed = entry.get("packed")
-        if self.ext is None or not packed:
-            return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
-        try:
-            address = ctypes.cast(getattr(self.cdll, packed), ctypes.c_void_p).value
-        except AttributeError:
-            raise LibraryError(f"{self.path} lacks {packed}, which its own manifest lists; "
-                               f"rebuild it: {self.build_command}") from None
-        try:
-            return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
-        except ValueError:      # more arguments than the extension takes (a spec with many params)
-            return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
+        if self.ext is not None and packed:
+            try:
+                address = ctypes.cast(getattr(self.cdll, packed), ctypes.c_void_p).value
+            except AttributeError:
+                raise LibraryError(f"{self.path} lacks {packed}, which its own manifest lists; "
+                                   f"rebuild it: {self.build_command}") from None
+            try:
+                return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
+            except ValueError:      # more arguments than the extension takes (a spec with many params)
+                pass
+        return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
 
     def _parse(self, raw: dict) -> Manifest:
         try:

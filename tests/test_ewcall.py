@@ -128,7 +128,8 @@ def _entry_call_in(env_lib: Path | None, **env) -> list[str]:
     code = ("from pyew import library\nlib = library.get()\n"
             "e = lib.manifest.op('add').kernels[0].entry('forward')\n"
             "print(type(lib.ext).__name__, e.fn(0, 0, 0, 0, None, 132, 2048))\nprint(lib.calls_note)\n")
-    e = dict(os.environ, **env)
+    e = {k: v for k, v in os.environ.items() if k != "PYEW_CTYPES"}
+    e.update(env)
     if env_lib is not None:
         e["PYEW_LIB"] = str(env_lib)
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=e)
