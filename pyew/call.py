@@ -11,6 +11,7 @@ only host operands streams through the transfer engine and returns numpy. The op
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -236,6 +237,19 @@ def layout(out_shape: tuple[int, ...], ins: Sequence[DevIn]):
     return (ctypes.c_int64 * len(vals))(*vals), shp
 
 
+@functools.lru_cache(maxsize=1024)
+def broadcast_plan(shapes: tuple) -> tuple | None:
+    """For C-contiguous inputs of these shapes (None: a scalar): (the broadcast shape, the strided
+    entry's layout, its element count), or None where they do not broadcast or need more than 8
+    dims (the general path then says why). The layout is shared between calls: entries only read it."""
+    try:
+        shape = tuple(np.broadcast_shapes(*(s for s in shapes if s is not None)))
+        lay, _ = layout(shape, [DevIn(0, () if s is None else s, None, None) for s in shapes])
+    except ValueError:
+        return None
+    return shape, lay, math.prod(shape)
+
+
 def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn], out_ptr: int,
                        out_shape: tuple[int, ...], stream, role: str = "forward", extra_out: tuple = ()) -> None:
     """Queue the kernel on `stream`: inputs of another dtype are converted on the GPU first; inputs
@@ -292,12 +306,17 @@ def fill(ptr: int, n: int, info: dt.DType, bits: int, stream) -> None:
 
 
 def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:
-    """A scalar operand as a one-element device buffer of the kernel dtype."""
+    """A scalar operand as one element of the kernel dtype in device memory: the GPU's slot for
+    that value (runtime.constant), or a buffer of its own when the slots are used up."""
     v = scalar_value(o, kd, "")
-    buf = Buffer(kd.itemsize, stream)
-    keep.append(buf)
-    fill(buf.ptr, 1, kd, scalar_bits(v, kd), stream)
-    return DevIn(buf.ptr, (), None, kd, v)
+    bits = scalar_bits(v, kd)
+    ptr = rt.constant(bits, kd.itemsize, stream.ordinal)
+    if not ptr:
+        buf = Buffer(kd.itemsize, stream)
+        keep.append(buf)
+        fill(buf.ptr, 1, kd, bits, stream)
+        ptr = buf.ptr
+    return DevIn(ptr, (), None, kd, v)
 
 
 def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:

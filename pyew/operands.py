@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,6 +129,53 @@ def scalar_value(o: Operand, info: dt.DType, op: str):
 
 def scalar_bits(value, info: dt.DType) -> int:
     return int(np.asarray(value, info.np).reshape(1).view(f"u{info.itemsize}")[0])
+
+
+_F32, _F64 = struct.Struct("<f"), struct.Struct("<d")
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_EXACT_INT = 1 << 53                 # Python ints below this convert to float64 exactly
+_half_bits: dict = {}                # (dtype row, type, value, sign) -> bits, for 16-bit floats
+_keeps: dict = {}                    # (dtype row, int or float) -> numpy keeps the array's dtype
+
+
+def weak_scalar_bits(v, info: dt.DType) -> int | None:
+    """The bits of Python number v as one element of `info`, where an array of `info` with v keeps
+    its dtype (result_dtype's rule: NEP 50, so a float with a float array or an int with any
+    array, except as ml_dtypes' bfloat16 resolves a float) and the conversion is plain; None for
+    anything the general path must decide (promotion, an int out of range or too large to
+    convert exactly, a float that overflows float32)."""
+    t = type(v)
+    keeps = _keeps.get((info, t))
+    if keeps is None:
+        keeps = _keeps[info, t] = _promote_key((info.np, t)) == info.np
+    if not keeps:
+        return None
+    if info.kind == "float":
+        if t is int and not -_EXACT_INT < v < _EXACT_INT:
+            return None
+        if info.itemsize == 4:
+            try:
+                return _U32.unpack(_F32.pack(v))[0]
+            except OverflowError:
+                return None
+        if info.itemsize == 8:
+            return _U64.unpack(_F64.pack(v))[0]
+        key = (info, t, v, math.copysign(1.0, v))
+        bits = _half_bits.get(key)
+        if bits is None:
+            with np.errstate(over="ignore"):
+                bits = scalar_bits(np.asarray(v).astype(info.np)[()], info)
+            if len(_half_bits) >= 4096:
+                _half_bits.clear()
+            _half_bits[key] = bits
+        return bits
+    if t is not int:
+        return None
+    width = 8 * info.itemsize
+    lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if info.name.startswith("int") else (0, (1 << width) - 1)
+    if not lo <= v <= hi:
+        return None
+    return v & ((1 << width) - 1)
 
 
 # ---- shapes -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ with its streams to every launch.
 """
 from __future__ import annotations
 
+import ctypes
 import operator
 import sys
 import threading
@@ -695,6 +696,60 @@ def free(ptr: int, stream, nbytes: int = 0) -> None:
             check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
     else:
         check(_rt.cudaFreeAsync(ptr, stream.cu), "cudaFreeAsync")
+
+
+# ---- scalar operands ---------------------------------------------------------------------------
+#
+# A scalar operand reaches a kernel as one element in device memory, read with stride 0. Each
+# value is written once per GPU into a slot of a small table, and that copy is waited for on a
+# stream of pyew's own (the caller's stream may hold queued work, which the first use of a value
+# must not wait for): from then on kernels on any stream read the slot, with no allocation, copy
+# or launch per call. A slot is never rewritten or freed, so no queued kernel can see it change;
+# once a GPU's table is full, new values take a buffer of their own per call.
+_CONSTANT_SLOTS = 4096           # of 8 bytes, per GPU
+
+
+class _Constants:
+    __slots__ = ("base", "used", "stream", "slots")
+
+    def __init__(self, base: int, stream):
+        self.base = base
+        self.used = 0
+        self.stream = stream
+        self.slots: dict[tuple[int, int], int] = {}     # (bits, itemsize) -> device pointer
+
+
+_constants: dict[int, _Constants] = {}
+_constants_lock = threading.Lock()
+
+
+def constant(bits: int, itemsize: int, ordinal: int) -> int:
+    """A device pointer on GPU `ordinal` to `itemsize` bytes holding `bits` (little-endian), which
+    kernels on any stream may read from now on; 0 when the GPU's table is full."""
+    table = _constants.get(ordinal)
+    if table is not None:
+        ptr = table.slots.get((bits, itemsize))
+        if ptr is not None:
+            return ptr
+    with _constants_lock:
+        table = _constants.get(ordinal)
+        if table is None:
+            stream = new_stream(ordinal)
+            with on(ordinal):
+                base = malloc(8 * _CONSTANT_SLOTS, RawStream(stream, ordinal))
+            table = _constants[ordinal] = _Constants(base, stream)
+        ptr = table.slots.get((bits, itemsize))
+        if ptr is None:
+            if table.used == _CONSTANT_SLOTS:
+                return 0
+            ptr = table.base + 8 * table.used
+            value = ctypes.c_uint64(bits)
+            with on(ordinal):
+                copy_htod(ptr, ctypes.addressof(value), itemsize, table.stream)
+                stream_synchronize(table.stream)
+            table.used += 1
+            table.slots[(bits, itemsize)] = ptr
+        return ptr
 
 
 def memset(ptr: int, value: int, nbytes: int, stream_cu) -> None:

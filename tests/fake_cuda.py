@@ -133,6 +133,7 @@ def install(monkeypatch) -> FakeCuda:
     monkeypatch.setattr(rt, "stream_wait", lambda a, b: None)
     monkeypatch.setattr(rt, "Event", _Event)
     monkeypatch.setattr(rt.DEFAULT_STREAM, "cu", 0, raising=False)
+    monkeypatch.setattr(rt, "_constants", {})       # its slots live in this fake's memory
     return f
 
 

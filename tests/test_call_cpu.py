@@ -203,3 +203,120 @@ def test_a_read_only_gpu_array_is_refused_as_out(fakes, rng):
     with pytest.raises(ValueError, match="read-only GPU array"):
         pyew.add(x, x, out=ro)
     np.testing.assert_array_equal(keep.get(), np.full(64, 7, np.float32))
+
+
+@needs_lib
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, BF16, np.int32, np.int64])
+def test_device_arrays_with_python_numbers(fakes, rng, monkeypatch, dtype):
+    """x * 0.5 and 3 - x on DeviceArrays: one launch of the strided entry, each number read from its
+    GPU's slot for the value (written once, on pyew's own stream, then reused), the result in the
+    array's dtype as numpy gives it (NEP 50); odd lengths as the packs, then the rest."""
+    from pyew import runtime as rt
+    fills, syncs = [], []
+    monkeypatch.setattr(pyew.call, "fill", lambda *a: fills.append(a))
+    real_sync = rt.stream_synchronize
+    monkeypatch.setattr(rt, "stream_synchronize", lambda s: (syncs.append(s), real_sync(s)))
+    launches = fakes[1].launches
+    a = (rng.standard_normal(1003) * 10).astype(dtype)
+    x = pyew.asarray(a)
+    k = 3 if np.dtype(dtype) in (np.int32, np.int64, BF16) else 0.5   # ml_dtypes: bfloat16 * 0.5 is float32
+    for n in (1003, 1000, 3, 0):
+        for got, want in ((pyew.mul(x[:n], k), a[:n] * k), (pyew.sub(k, x[:n]), k - a[:n]),
+                          (pyew.add(x[:n], -k), a[:n] + (-k))):
+            assert got.dtype == want.dtype == dtype and got.shape == (n,)
+            np.testing.assert_array_equal(got.get(), want)
+    assert set(launches) == {"strided"} and not fills
+    # a length past a multiple of the 16-byte pack: two launches (none for n = 0)
+    pack = 16 // np.dtype(dtype).itemsize
+    assert len(launches) == 3 * sum(2 if n % pack and n > pack else 1 for n in (1003, 1000, 3))
+    table = rt._constants[0]
+    assert table.used == 2 and syncs.count(table.stream) == 2       # k and -k, each waited for once
+    launches.clear()
+    np.testing.assert_array_equal(pyew.mul(x, k).get(), a * k)
+    assert table.used == 2 and syncs.count(table.stream) == 2 and launches and set(launches) == {"strided"}
+
+
+@needs_lib
+def test_python_numbers_keep_their_sign_and_inf_and_nan(fakes, rng):
+    a = np.abs(rng.standard_normal(64)).astype(np.float32) + 1
+    x = pyew.asarray(a)
+    for k in (0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, 3.4028234e38):
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(pyew.mul(x, k).get(), a * np.float32(k))
+    assert np.signbit(pyew.mul(x, -0.0).get()).all() and not np.signbit(pyew.mul(x, 0.0).get()).any()
+
+
+@needs_lib
+def test_python_numbers_off_the_short_path(fakes, rng):
+    """What the short path leaves to the general one gives numpy's answers and errors: promotion
+    (an int32 array with 0.5, bfloat16 with 0.5), a float overflowing float32, ints beyond 2^53 or
+    the dtype's range, a bool, out= of another dtype, or a shifted overlap."""
+    i = np.arange(-50, 50, dtype=np.int32)
+    xi = pyew.asarray(i)
+    got = pyew.mul(xi, 0.5)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.get(), i * 0.5)
+    a = rng.standard_normal(100).astype(np.float32)
+    x = pyew.asarray(a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(pyew.add(x, 1e300).get(), a + np.float32(np.inf))
+    np.testing.assert_array_equal(pyew.add(x, 2**60).get(), a + np.float32(2**60))
+    np.testing.assert_array_equal(pyew.add(xi, True).get(), i + True)
+    b = a.astype(BF16)
+    got = pyew.mul(pyew.asarray(b), 0.5)
+    assert got.dtype == (b * 0.5).dtype == np.float32
+    np.testing.assert_array_equal(got.get(), b * 0.5)
+    launches = fakes[1].launches
+    launches.clear()
+    with pytest.raises(OverflowError, match="out of bounds for int32"):
+        pyew.add(xi, 2**40)
+    with pytest.raises(ValueError, match="out is float64"):
+        pyew.add(x, 1.0, out=pyew.empty(100, "float64"))
+    with pytest.raises(ValueError, match="out overlaps input"):
+        pyew.add(x[1:], 1.0, out=x[:99])
+    assert not launches
+    np.testing.assert_array_equal(x.get(), a)
+    pyew.add(x, 1.0, out=x)                              # exactly the input: in place
+    np.testing.assert_array_equal(x.get(), a + np.float32(1))
+
+
+@needs_lib
+def test_full_slot_table_falls_back_to_a_buffer_per_call(fakes, rng, monkeypatch):
+    from pyew import runtime as rt
+    monkeypatch.setattr(rt, "_CONSTANT_SLOTS", 2)
+    a = rng.standard_normal(40).astype(np.float32)
+    x = pyew.asarray(a)
+    for k in (1.0, 2.0, 3.0, 4.0, 1.0):
+        np.testing.assert_array_equal(pyew.add(x, k).get(), a + np.float32(k))
+        np.testing.assert_array_equal(pyew.add(a, k), a + np.float32(k))           # numpy in, too
+    assert rt._constants[0].used == 2 and set(rt._constants[0].slots) == {(0x3f800000, 4), (0x40000000, 4)}
+
+
+@needs_lib
+def test_device_broadcasts_take_a_cached_layout(fakes, rng):
+    """DeviceArrays of one dtype and broadcast shapes (a row bias, a channel bias, with a number)
+    go to the strided entry with a layout computed once per shapes; what does not broadcast, or
+    needs more than 8 dims, gets the general path's error."""
+    from pyew import call
+    x = rng.standard_normal((6, 4, 5)).astype(np.float32)
+    row, chan = rng.standard_normal(5).astype(np.float32), rng.standard_normal((4, 1)).astype(np.float32)
+    dx, drow, dchan = pyew.asarray(x), pyew.asarray(row), pyew.asarray(chan)
+    before = call.broadcast_plan.cache_info()
+    for _ in range(3):
+        np.testing.assert_array_equal(pyew.add(dx, drow).get(), x + row)
+        np.testing.assert_array_equal(pyew.mul(dchan, dx).get(), chan * x)
+        np.testing.assert_array_equal(pyew.sub(dx, 0.25).get(), x - np.float32(0.25))
+    after = call.broadcast_plan.cache_info()
+    assert after.misses - before.misses <= 3 and after.hits - before.hits >= 6
+    y = pyew.asarray(x)
+    assert pyew.add(y, drow, out=y) is y                       # in place over the big operand
+    np.testing.assert_array_equal(y.get(), x + row)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        pyew.add(dx, pyew.asarray(np.ones(3, np.float32)))
+    nine = pyew.asarray(np.ones((2,) * 9, np.float32))
+    with pytest.raises(ValueError, match="needs 9 dims after collapsing"):
+        pyew.add(nine, pyew.asarray(np.ones((2, 1) * 4 + (2,), np.float32)))
+    big = pyew.asarray(np.zeros(6 * 4 * 5 + 1, np.float32))
+    with pytest.raises(ValueError, match="out overlaps input 'x' without being exactly it"):
+        pyew.add(big[:-1].reshape(6, 4, 5), drow, out=big[1:].reshape(6, 4, 5))
+    np.testing.assert_array_equal(big.get(), 0)

@@ -129,6 +129,9 @@ def test_bench_dask_arguments(capsys):
     with pytest.raises(SystemExit):
         dask_scaling.main(["--elements", "lots"])
     assert "is not a count" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        dask_scaling.main(["--in-flight", "0"])
+    assert "--in-flight and --repeats must be at least 1" in capsys.readouterr().err
     try:
         import dask_cuda  # noqa: F401
     except ImportError:

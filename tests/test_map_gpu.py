@@ -156,6 +156,59 @@ def test_scalar_operands(op, k, rng):
     _check(op, k, [x, np.full_like(x, s)], got, "device op 0-d array")
 
 
+@pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2))
+def test_python_numbers_on_every_length_and_view(op, k, rng):
+    """DeviceArray op number and number op DeviceArray (each number read from its GPU's slot):
+    tails past the last whole pack, views at every offset of a pack, n = 0, into a poisoned out=
+    and in place; special values for float dtypes."""
+    fn = getattr(pyew, op.name)
+    s = 3 if k.dtype.kind == "int" or k.dtype.name == "bfloat16" else -0.625
+    base = _inputs(op, k.dtype.name, 4099 + 16, rng)[0]
+    d = pyew.asarray(base)
+    for off in range(9):
+        for n in (0, 1, 5, 4096, 4099):
+            x = base[off:off + n]
+            got = fn(d[off:off + n], s, **params_of(op)).get()
+            _check(op, k, [x, np.full_like(x, s)], got, f"x[{off}:{off + n}] op {s}")
+            out = poison(pyew.empty(n, k.out_dtype.name))
+            assert fn(s, d[off:off + n], out=out, **params_of(op)) is out
+            _check(op, k, [np.full_like(x, s), x], out.get(), f"{s} op x[{off}:{off + n}], out=")
+    if k.dtype is k.out_dtype:
+        y = pyew.asarray(base)
+        fn(y, s, out=y, **params_of(op))
+        _check(op, k, [base, np.full_like(base, s)], y.get(), "in place")
+    if k.dtype.kind == "float" and k.dtype.name != "bfloat16":
+        for v in (float("inf"), float("-inf"), float("nan"), -0.0, 1e-300):
+            got = fn(d[:4099], v, **params_of(op)).get()
+            _check(op, k, [base[:4099], np.full_like(base[:4099], v)], got, f"x op {v}")
+
+
+def test_a_number_first_used_on_a_side_stream(rng):
+    """A value's slot is written and waited for before any kernel reads it, whatever stream the
+    kernel is on."""
+    a = random_array(rng, 1 << 20, "float32")
+    x = pyew.asarray(a)
+    v = float(rng.uniform(1, 2))                     # a value no earlier test used
+    with pyew.Stream() as st:
+        y = pyew.mul(x, v)
+        z = pyew.add(v, y)
+    st.synchronize()
+    np.testing.assert_array_equal(z.get(), np.float32(v) + a * np.float32(v))
+
+
+def test_numbers_past_the_slots(rng, monkeypatch):
+    """With the slots used up, each call takes a buffer of its own."""
+    from pyew import runtime as rt
+    monkeypatch.setattr(rt, "_constants", {})
+    monkeypatch.setattr(rt, "_CONSTANT_SLOTS", 3)
+    a = random_array(rng, 10_001, "float16")
+    x = pyew.asarray(a)
+    for v in (0.5, 1.5, 2.5, 3.5, 4.5, 0.5):
+        np.testing.assert_array_equal(pyew.mul(x, v).get(), a * np.float16(v))
+        np.testing.assert_array_equal(pyew.sub(a, v), a - np.float16(v))
+    assert rt._constants[0].used == 3
+
+
 @pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2 and k.dtype.kind == "float"))
 def test_broadcasting_matches_numpy(op, k, rng):
     """Random broadcast shapes (size-1 dims, 0-size dims, 0-d arrays), numpy and device inputs."""

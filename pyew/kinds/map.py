@@ -1,6 +1,7 @@
 """map ops: one C++ expression per element, with numpy broadcasting, promotion and out=."""
 from __future__ import annotations
 
+import ctypes
 import functools
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from .. import array, call, interop, library, transfer
 from .. import runtime as rt
 from ..array import DeviceArray
+from ..operands import weak_scalar_bits
 from . import OUT_STREAM, P, binder, make_function, positional
 
 
@@ -21,6 +23,9 @@ class MapOp:
         # DeviceArray fast path: dtype -> (entry function, output dtype, symbol)
         self.fast = {k.dtype: (k.entry("forward").fn, k.out_dtype, k.entry("forward").symbol) for k in op.kernels}
         self.host_fast = {d.np: v for d, v in self.fast.items()}   # the same, by numpy dtype
+        # arrays with Python numbers: dtype -> (strided entry, output dtype)
+        self.with_numbers = {k.dtype: (k.entry("strided"), k.out_dtype) for k in op.kernels
+                             if k.entry("strided") is not None}
         self.default_pvals = (None if any(p.default is None for p in op.params)
                               else call.param_values(op, {}))
 
@@ -83,6 +88,10 @@ class MapOp:
                             return self._run_device(entry, devs, s, out)
                 # the general path below takes the imported arrays: no second import, no second wait
                 args = tuple(a if d is None else d for a, d in zip(args, devs))
+        if not kw and len(args) == self.arity and self.default_pvals is not None:
+            res = self._with_numbers(args, out, stream)
+            if res is not None:
+                return res
         s = rt.resolve_stream(stream)
         pvals = call.param_values(self.op, kw) if (kw or self.op.params) else ()
         p = call.prepare(self.op, args, s)
@@ -153,6 +162,82 @@ class MapOp:
         for attr in ("__name__", "__qualname__", "__module__", "__doc__", "__signature__"):
             setattr(op, attr, getattr(general, attr))
         return op
+
+    def _with_numbers(self, args, out, stream):
+        """DeviceArrays of one dtype, of shapes that broadcast, with Python numbers that keep that
+        dtype (numpy's weak scalars: 0.5 with float16, 3 with int32), as in x * 0.5 or x + bias:
+        straight to the strided entry with a layout cached per shapes, each number read from its
+        GPU's slot for the value (runtime.constant). None where the general path must decide
+        (other operands, promotion, a misfit or overlapping out=, shapes that do not broadcast)."""
+        info = None
+        shapes = []
+        for a in args:
+            t = type(a)
+            if t is DeviceArray:
+                if info is None:
+                    info, where = a._info, a._buf.stream.ordinal
+                elif a._info is not info or a._buf.stream.ordinal != where:
+                    return None
+                shapes.append(a.shape)
+            elif t is float or t is int:
+                shapes.append(None)
+            else:
+                return None
+        entry = self.with_numbers.get(info) if info is not None else None
+        if entry is None:
+            return None
+        s = rt.resolve_stream(stream)
+        plan = call.broadcast_plan(tuple(shapes))
+        if s.ordinal != where or plan is None:
+            return None
+        shape, layout, n = plan
+        strided, out_info = entry
+        if out is not None and not (
+                type(out) is DeviceArray and out._info is out_info and out.shape == shape and not out.readonly
+                and out._buf.stream.ordinal == where and
+                not any(type(a) is DeviceArray and call.overlaps(out, a) and
+                        not (a.ptr == out.ptr and a.shape == shape and a._info is out._info) for a in args)):
+            return None
+        bits = [weak_scalar_bits(a, info) if sh is None else None for a, sh in zip(args, shapes)]
+        if any(b is None and sh is None for b, sh in zip(bits, shapes)):
+            return None
+        # everything is checked: from here the call runs
+        ptrs = []
+        for a, b in zip(args, bits):
+            if b is None:
+                ptrs.append(a.ptr)
+                continue
+            ptr = rt.constant(b, info.itemsize, where)
+            if not ptr:
+                return None
+            ptrs.append(ptr)
+        if out is None:
+            res = DeviceArray._alloc(shape, out_info, s)
+        else:
+            res = out
+            out._buf.used_on(s)
+        for a in args:
+            if type(a) is DeviceArray:
+                a._buf.used_on(s)
+        if not n:
+            return res
+        pvals = self.default_pvals
+        if layout[0] == 1:
+            # One dim: the strided entry's packs kernel takes whole 16-byte packs from aligned
+            # pointers, so a length past a multiple of the pack goes as the packs, then the rest.
+            strides = layout[2:]
+            pack = 16 // max(info.itemsize, out_info.itemsize)
+            tail = n % pack
+            if tail and n > pack and res.ptr % 16 == 0 and all(st == 0 or p % 16 == 0 for p, st in zip(ptrs, strides)):
+                head = n - tail
+                for at, count in ((0, head), (head, tail)):
+                    part = (ctypes.c_int64 * len(layout))(1, count, *strides)
+                    library.launch(strided, (res.ptr + at * out_info.itemsize,
+                                             *[p + at * info.itemsize * st for p, st in zip(ptrs, strides)],
+                                             count, *pvals, ctypes.addressof(part)), s)
+                return res
+        library.launch(strided, (res.ptr, *ptrs, n, *pvals, ctypes.addressof(layout)), s)
+        return res
 
     def _launch_one_shot(self, entry, n, in_ptrs, out_ptrs, s):
         self._launch(entry, out_ptrs[0], in_ptrs, n, s)
