@@ -16,12 +16,13 @@ from . import kinds as _kinds
 from .array import DeviceArray, empty, zeros
 from .errors import CudaError, LibraryError, NoDeviceError, PyewError
 from .interop import asarray, from_dlpack
+from .pinned import empty_pinned
 from .runtime import Device, ExternalStream, Stream, current_stream, device_count, device_info, synchronize
 from .transfer import set_transfer_limits, transfer_limits
 from .version import __version__
 
-__all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "Device", "device_count", "Stream",
-           "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
+__all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "empty_pinned", "Device", "device_count",
+           "Stream", "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
            "transfer_limits", "PyewError", "CudaError", "LibraryError", "NoDeviceError", "dtypes", "__version__"]
 
 

@@ -14,8 +14,10 @@ chunks give numpy chunks, CuPy chunks give CuPy chunks (pyew's work queues on Cu
 stream, so CuPy code that follows is ordered after it).
 
 `map_blocks(func, *args)` runs a function of DeviceArrays per chunk: numpy chunks go to the GPU
-once, every op of `func` runs there, and the result comes back once. With numpy chunks that is
-the way to run a pipeline of several ops: the op functions move each chunk across PCIe per op.
+once, every op of `func` runs there, and the result comes back once, into page-locked memory from
+pyew's pool while it has room (pyew.empty_pinned), so that copy is a single DMA. With numpy
+chunks that is the way to run a pipeline of several ops: the op functions move each chunk across
+PCIe per op.
 
 On a cluster each worker's pyew uses its current GPU: dask-cuda's LocalCUDACluster gives every
 worker its own GPU as device 0 (CUDA_VISIBLE_DEVICES), so nothing pyew-specific is configured.
@@ -39,6 +41,7 @@ from . import kinds, library
 from .array import DeviceArray
 from .interop import asarray
 from .operands import HOST, SCALAR, Operand, kernel_dtype, result_dtype
+from .pinned import pinned_or_empty
 from .runtime import Device, ExternalStream
 
 __all__ = ["map", "map_blocks"]
@@ -173,7 +176,10 @@ def _apply_func(func, dtype: np.dtype, *blocks, **kwargs):
     gpu = _gpu_block(blocks)
     if gpu is None:
         ins = [asarray(b) if isinstance(b, np.ndarray) else b for b in blocks]
-        return _checked(func(*ins, **kwargs), func, dtype).get()
+        res = _checked(func(*ins, **kwargs), func, dtype)
+        # in pinned memory while the pool has room: the copy down is one DMA, with no host copy
+        # and no page faults of a new array
+        return res.get(out=pinned_or_empty(res.shape, res.dtype))
     cupy = sys.modules["cupy"]
     index = gpu.device.id
     with cupy.cuda.Device(index):

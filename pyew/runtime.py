@@ -818,6 +818,13 @@ def host_free(ptr: int) -> None:
         _rt.cudaFreeHost(ptr)
 
 
+def host_pinned(ptr: int) -> bool:
+    """Whether host address `ptr` is page-locked memory CUDA knows (cudaHostAlloc'd or registered),
+    which the DMA engines can read and write in place."""
+    err, attrs = _rt.cudaPointerGetAttributes(ptr)
+    return int(err) == 0 and attrs.type == _rt.cudaMemoryType.cudaMemoryTypeHost
+
+
 def host_register(ptr: int, nbytes: int) -> None:
     """Page-lock an existing host buffer in place, so the DMA engines can read or write it."""
     check(_rt.cudaHostRegister(ptr, nbytes, _rt.cudaHostRegisterPortable), "cudaHostRegister")

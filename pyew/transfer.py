@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import pinned
 from . import runtime as rt
 
 _MiB = 1 << 20
@@ -70,13 +71,14 @@ def small_bytes() -> int:
 
 
 def transfer_limits() -> dict:
-    """The transfer engine's settings: pinned_bytes, device_bytes, threads, small_bytes, mode."""
-    return dict(_limits.__dict__)
+    """The transfer engine's settings: pinned_bytes, device_bytes, threads, small_bytes, mode, and
+    pinned_pool_bytes (pyew.empty_pinned's pool)."""
+    return dict(_limits.__dict__, pinned_pool_bytes=pinned.limit())
 
 
 def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | None = None,
                         threads: int | None = None, small_bytes: int | None = None,
-                        mode: str | None = None) -> dict:
+                        mode: str | None = None, pinned_pool_bytes: int | None = None) -> dict:
     """Change the transfer engine's limits (None keeps a setting); returns the previous settings.
 
     pinned_bytes: page-locked host memory the engine may hold (ring + small buffer), at least 1 MiB.
@@ -85,12 +87,15 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
     threads: worker threads for host copies and transfers (1..256).
     small_bytes: calls moving fewer bytes than this go in one shot, without workers.
     mode: "stage" (copy through the pinned ring) or "register" (page-lock the caller's arrays).
+    pinned_pool_bytes: page-locked memory pyew.empty_pinned's pool may keep, blocks in use
+        included (0 keeps none); free blocks past it are freed now.
     The engine's pinned memory is freed now and allocated again on next use."""
     global _limits
     old = transfer_limits()
     new = {}
     for name, value, lo in (("pinned_bytes", pinned_bytes, _MiB), ("device_bytes", device_bytes, 64 * 1024),
-                            ("threads", threads, 1), ("small_bytes", small_bytes, 0)):
+                            ("threads", threads, 1), ("small_bytes", small_bytes, 0),
+                            ("pinned_pool_bytes", pinned_pool_bytes, 0)):
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -103,6 +108,9 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
         if mode not in ("stage", "register"):
             raise ValueError(f"set_transfer_limits: mode must be 'stage' or 'register', not {mode!r}")
         new["mode"] = mode
+    pool = new.pop("pinned_pool_bytes", None)
+    if pool is not None:
+        pinned.set_limit(pool)
     with _engine_lock, _small_lock:
         _release_locked()
         _limits = replace(_limits, **new)
@@ -278,9 +286,11 @@ def _release_locked() -> None:
 
 
 def release() -> None:
-    """Free the engine's pinned memory and worker threads now (they come back on next use)."""
+    """Free the engine's pinned memory, the free blocks of empty_pinned's pool and the worker
+    threads now (they come back on next use)."""
     with _engine_lock, _small_lock:
         _release_locked()
+    pinned.release()
 
 
 def pinned_bytes_held() -> int:
@@ -373,6 +383,14 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
                     _copy(host, buf.array(0, host.dtype, host.shape))
                     return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
+    if flat is not None and pinned.is_pinned(host):
+        # page-locked already (pyew.empty_pinned, or memory CUDA locked): one DMA in place
+        if up:
+            rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu)
+        else:
+            rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu)
+        rt.stream_synchronize(stream.cu)
+        return
     with _engine_lock:
         if _limits.mode == "register" and flat is not None:
             if up:
@@ -567,11 +585,13 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
                                            scratch_per_elem)
         lanes = _ensure_lanes(k, stream.ordinal)
+        # page-locked operands of a flat call are copied straight from and into (no staging)
+        direct = [flat and pinned.is_pinned(a) for a in [op.array for op in inputs] + list(outputs)]
         with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):
                 _stream_block(lane, block, scratch[id(lane)], inputs, outputs, shape, space, flat, kernel,
-                              out_scale, in_scale)
+                              out_scale, in_scale, direct)
 
             _run_workers(blocks, work, stream, join=False)
 
@@ -629,20 +649,24 @@ def _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, 
     return total
 
 
-def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kernel, out_scale, in_scale):
+def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kernel, out_scale, in_scale,
+                  direct):
     ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
     s = lane.stream
-    # host copy in: every input block into the slot, then one H2D per input
+    # host copy in: every input block into the slot (a page-locked one is read in place), then one
+    # H2D per input
     off = 0
     dptrs, dshapes = [], []
     doff = 0
-    for v in ins:
-        staged = lane.slot.array(off, v.dtype, v.shape)
-        np.copyto(staged, v)
-        rt.copy_htod(dbase + doff, lane.slot.ptr + off, v.nbytes, s)
+    for v, here in zip(ins, direct):
+        if here:
+            rt.copy_htod(dbase + doff, v.ctypes.data, v.nbytes, s)
+        else:
+            np.copyto(lane.slot.array(off, v.dtype, v.shape), v)
+            rt.copy_htod(dbase + doff, lane.slot.ptr + off, v.nbytes, s)
+            off += _round(v.nbytes)
         dptrs.append(dbase + doff)
         dshapes.append(tuple(v.shape))
-        off += _round(v.nbytes)
         doff += _round(v.nbytes)
     optrs, oshapes = [], []
     out_offs = []
@@ -653,12 +677,14 @@ def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kerne
         off += _round(v.nbytes)
         doff += _round(v.nbytes)
     kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), lane.raw))
-    for v, (ho, do) in zip(outs, out_offs):
-        rt.copy_dtoh(lane.slot.ptr + ho, dbase + do, v.nbytes, s)
+    out_direct = direct[len(ins):]
+    for v, (ho, do), here in zip(outs, out_offs, out_direct):
+        rt.copy_dtoh(v.ctypes.data if here else lane.slot.ptr + ho, dbase + do, v.nbytes, s)
     lane.event.record(s)
     lane.event.synchronize()
-    for v, (ho, _) in zip(outs, out_offs):
-        np.copyto(v, lane.slot.array(ho, v.dtype, v.shape))
+    for v, (ho, _), here in zip(outs, out_offs, out_direct):
+        if not here:
+            np.copyto(v, lane.slot.array(ho, v.dtype, v.shape))
 
 
 def _stream_small(inputs, outputs, shape, kernel, stream, buf: Pinned, out_scale, in_scale, flat,

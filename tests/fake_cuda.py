@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from pyew import pinned
 from pyew import runtime as rt
 
 
@@ -17,6 +18,7 @@ class FakeCuda:
         self.device_blocks: dict[int, ctypes.Array] = {}
         self.host_blocks: dict[int, ctypes.Array] = {}
         self.registered: set[int] = set()
+        self.registered_ranges: dict[int, int] = {}
         self.copies = 0
         self.fail_after_copies: int | None = None
         self.owner: dict[int, int] = {}         # device pointer -> the GPU it was allocated on
@@ -44,6 +46,20 @@ class FakeCuda:
         with self.lock:
             self.host_blocks[ptr] = buf
         return ptr
+
+    def host_register(self, ptr, nbytes):
+        self.registered.add(ptr)
+        self.registered_ranges[ptr] = nbytes
+
+    def host_unregister(self, ptr):
+        self.registered.discard(ptr)
+        self.registered_ranges.pop(ptr, None)
+
+    def host_pinned(self, ptr):
+        """Whether ptr lies in memory host_alloc gave or host_register locked."""
+        with self.lock:
+            return any(p <= ptr < p + len(b) for p, b in self.host_blocks.items()) or \
+                any(p <= ptr < p + n for p, n in self.registered_ranges.items())
 
     def host_free(self, ptr):
         with self.lock:
@@ -119,8 +135,8 @@ def install(monkeypatch) -> FakeCuda:
     monkeypatch.setattr(rt, "free", f.free)
     monkeypatch.setattr(rt, "host_alloc", f.host_alloc)
     monkeypatch.setattr(rt, "host_free", f.host_free)
-    monkeypatch.setattr(rt, "host_register", lambda ptr, n: f.registered.add(ptr))
-    monkeypatch.setattr(rt, "host_unregister", lambda ptr: f.registered.discard(ptr))
+    monkeypatch.setattr(rt, "host_register", f.host_register)
+    monkeypatch.setattr(rt, "host_unregister", f.host_unregister)
     monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: f.copy(d, s, n))
     monkeypatch.setattr(rt, "copy_dtoh", lambda d, s, n, st: f.copy(d, s, n))
     monkeypatch.setattr(rt, "copy_dtod", lambda d, s, n, st: f.copy(d, s, n))
@@ -134,6 +150,8 @@ def install(monkeypatch) -> FakeCuda:
     monkeypatch.setattr(rt, "Event", _Event)
     monkeypatch.setattr(rt.DEFAULT_STREAM, "cu", 0, raising=False)
     monkeypatch.setattr(rt, "_constants", {})       # its slots live in this fake's memory
+    monkeypatch.setattr(pinned, "_pool", pinned._Pool())    # and so do the pinned blocks
+    monkeypatch.setattr(rt, "host_pinned", f.host_pinned)
     return f
 
 

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "libew" / "ops.toml"
 SMS, TPSM = 132, 2048
 LIMITS = {"pinned_bytes": 4 << 20, "device_bytes": 1 << 20, "threads": 2, "small_bytes": 16 << 10,
-          "mode": "stage"}
+          "mode": "stage", "pinned_pool_bytes": 64 << 20}
 
 
 class FakeLib:

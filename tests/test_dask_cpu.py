@@ -86,6 +86,11 @@ def test_map_blocks_runs_a_function_of_device_arrays(ed, fakes, rng):
     got = y.compute(scheduler="sync")
     assert set(seen) == {pyew.DeviceArray} and type(got) is np.ndarray
     np.testing.assert_array_equal(got, pyew.sigmoid(a * np.float32(2)))
+    # each chunk comes back in page-locked memory from pyew's pool
+    import dask
+    blocks = dask.compute(*y.to_delayed().ravel(), scheduler="sync")
+    assert len(blocks) == 3 and all(pyew.pinned.is_pinned(b) for b in blocks)
+    np.testing.assert_array_equal(np.concatenate(blocks), got)
 
 
 @pytest.mark.parametrize("call,err,match", [

@@ -50,6 +50,10 @@ def test_numpy_chunks(data):
     rows = da.from_array(a, chunks=(300, SHAPE[1]))          # blocks of whole rows: w applies to each
     z = ed.map_blocks(lambda c: pyew.gelu(pyew.add(pyew.mul(c, w), b)), rows)
     check(z.compute(scheduler="threads"), pipeline_ref(a, w, b))
+    import dask
+    blocks = dask.compute(*z.to_delayed().ravel(), scheduler="threads")
+    assert all(pyew.pinned.is_pinned(c) for c in blocks)           # came down into pinned memory
+    check(np.concatenate(blocks), pipeline_ref(a, w, b))
 
 
 def test_cupy_chunks(data, cupy):

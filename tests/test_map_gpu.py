@@ -188,6 +188,7 @@ def test_a_number_first_used_on_a_side_stream(rng):
     kernel is on."""
     a = random_array(rng, 1 << 20, "float32")
     x = pyew.asarray(a)
+    pyew.synchronize()                               # x's upload, queued on the default stream, is done
     v = float(rng.uniform(1, 2))                     # a value no earlier test used
     with pyew.Stream() as st:
         y = pyew.mul(x, v)

@@ -97,3 +97,70 @@ def test_zero_size_and_scalar_only_calls():
     assert r.shape == () and r.dtype == np.float64 and float(r) == 5.0
     r = pyew.mul(np.float16(2), 3)
     assert r.dtype == np.float16 and float(r) == 6.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64"])
+def test_pinned_arrays_cross_in_one_dma(rng, dtype):
+    """pyew.empty_pinned arrays (and their views at any offset) to and from the GPU, one shot and
+    past small_bytes, against the values."""
+    from pyew import pinned
+    for n in (1, 1000, (40 << 20) // pyew.dtypes.lookup(dtype).itemsize + 3):
+        a = random_array(rng, n + 5, dtype)
+        host = pyew.empty_pinned(n + 5, dtype)
+        host[...] = a
+        for off in (0, 1, 5):
+            src = host[off:off + n]
+            assert pinned.is_pinned(src)
+            d = pyew.asarray(src)
+            np.testing.assert_array_equal(d.get(), a[off:off + n])
+            back = pyew.empty_pinned(n + 5, dtype)
+            back[...] = 0
+            assert d.get(out=back[off:off + n]) is not None
+            np.testing.assert_array_equal(back[off:off + n], a[off:off + n])
+            assert not back[:off].any() and not back[off + n:].any()
+
+
+def test_page_locked_memory_of_another_library(cupy):
+    from pyew import pinned
+    n = (40 << 20) // 4
+    mem = cupy.cuda.alloc_pinned_memory(4 * n)
+    view = np.frombuffer(mem, np.float32, n)
+    view[...] = np.arange(n)
+    assert pinned.is_pinned(view) and not pinned.is_pinned(np.arange(n, dtype=np.float32))
+    d = pyew.asarray(view)
+    np.testing.assert_array_equal(d.get(), np.arange(n, dtype=np.float32))
+    view[...] = 0
+    d.get(out=view)
+    np.testing.assert_array_equal(view, np.arange(n, dtype=np.float32))
+
+
+def test_pinned_pool_reuses_blocks_and_keeps_its_limit(transfer_limits):
+    from pyew import pinned
+    transfer_limits(pinned_pool_bytes=64 << 20)
+    a = pyew.empty_pinned(8 << 20)                      # 32 MiB
+    ptr = a.ctypes.data
+    del a
+    b = pyew.empty_pinned(8 << 20)
+    assert b.ctypes.data == ptr and pinned.held() <= 64 << 20
+    c = pinned.pinned_or_empty((16 << 20,), np.float32)  # 64 MiB more would pass the limit
+    assert not pinned.is_pinned(c)
+
+
+
+def test_streamed_calls_over_pinned_operands(rng, transfer_limits):
+    """numpy calls whose inputs and out= are page-locked stream by DMA from and to them: the same
+    values as over pageable arrays, also mixed with a pageable operand and for a bitmask op."""
+    transfer_limits(small_bytes=0, device_bytes=8 << 20, threads=3)
+    n = 3 * (1 << 20) + 77
+    a, b = random_array(rng, n, "float32"), random_array(rng, n, "float32")
+    pa, pb, out = pyew.empty_pinned(n), pyew.empty_pinned(n), pyew.empty_pinned(n)
+    pa[...], pb[...] = a, b
+    out[...] = np.nan
+    assert pyew.add(pa, pb, out=out) is out
+    np.testing.assert_array_equal(out, a + b)
+    np.testing.assert_array_equal(pyew.mul(pa, b), a * b)
+    np.testing.assert_array_equal(pyew.gelu(pa), pyew.gelu(a))
+    y, m = pyew.relu_mask(pa)
+    y2, m2 = pyew.relu_mask(a)
+    np.testing.assert_array_equal(y, y2)
+    np.testing.assert_array_equal(m, m2)

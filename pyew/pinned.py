@@ -1,0 +1,185 @@
+"""Page-locked numpy arrays: pyew.empty_pinned, and the pool that keeps their memory for reuse.
+
+The DMA engines read and write page-locked (pinned) host memory at the link's full rate. A plain
+numpy array has to be staged: copied through the transfer engine's pinned ring on the host, and,
+when it is new, faulted in page by page as that copy first touches it. Those host copies, not
+PCIe, are what bound numpy data on a busy host (benchmarks/RESULTS.md). `DeviceArray.get(out=a)`
+and `pyew.asarray(a)` copy straight from and to a pinned `a` (pyew's, or any page-locked memory
+CUDA knows, such as cupyx.empty_pinned's), and pyew.dask returns its numpy chunks in it.
+
+Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
+when the last array over it is gone, and the next array of that size takes it. The pool holds at
+most `pinned_pool_bytes` (pyew.set_transfer_limits; an eighth of physical memory by default)
+counting blocks in use; past it empty_pinned still allocates but does not keep the block, and
+pinned_or_empty gives pageable memory.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import os
+import threading
+
+import numpy as np
+
+from . import dtypes as dt
+from . import runtime as rt
+from .errors import CudaError
+
+_BLOCK = 2 << 20          # larger blocks are rounded up to a multiple of this, so near sizes share
+
+
+def _block_bytes(nbytes: int) -> int:
+    if nbytes >= _BLOCK:
+        return -(-nbytes // _BLOCK) * _BLOCK
+    return max(4096, 1 << (nbytes - 1).bit_length())
+
+
+def _default_limit() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+    except (ValueError, OSError, AttributeError):
+        return 1 << 30
+
+
+class _Pool:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.free: dict[int, list[int]] = {}       # block bytes -> free block pointers
+        self.held = 0                              # bytes of kept blocks, in use or free
+        self.limit = _default_limit()
+
+    def take(self, nbytes: int, keep_only: bool) -> tuple[int, bool]:
+        """(a block of at least nbytes, whether the pool keeps it); (0, False) when keep_only and
+        the pool is full."""
+        size = _block_bytes(nbytes)
+        with self.lock:
+            blocks = self.free.get(size)
+            if blocks:
+                return blocks.pop(), True
+            kept = self.held + size <= self.limit or self._evict(size)
+            if kept:
+                self.held += size
+            elif keep_only:
+                return 0, False
+        try:
+            return rt.host_alloc(size), kept
+        except BaseException:
+            if kept:
+                with self.lock:
+                    self.held -= size
+            raise
+
+    def _evict(self, need: int) -> bool:
+        """Free blocks of other sizes until `need` more bytes fit the limit. With the lock."""
+        for size, blocks in self.free.items():
+            while blocks and self.held + need > self.limit:
+                rt.host_free(blocks.pop())
+                self.held -= size
+        return self.held + need <= self.limit
+
+    def give_back(self, ptr: int, size: int, kept: bool) -> None:
+        if not kept:
+            rt.host_free(ptr)
+            return
+        with self.lock:
+            if self.held <= self.limit:
+                self.free.setdefault(size, []).append(ptr)
+                return
+            self.held -= size
+        rt.host_free(ptr)
+
+    def set_limit(self, nbytes: int) -> None:
+        with self.lock:
+            self.limit = nbytes
+            self._evict(0)
+
+    def release(self) -> None:
+        """Free every free block now."""
+        with self.lock:
+            for size, blocks in self.free.items():
+                for ptr in blocks:
+                    rt.host_free(ptr)
+                self.held -= size * len(blocks)
+                blocks.clear()
+
+
+_pool = _Pool()
+
+
+class _Block:
+    """The base of the arrays over one pinned block: the block goes back to its pool when the last
+    is gone."""
+    __slots__ = ("ptr", "size", "kept", "pool", "__array_interface__")
+
+    def __init__(self, ptr: int, size: int, kept: bool, pool: _Pool):
+        self.ptr, self.size, self.kept, self.pool = ptr, size, kept, pool
+        self.__array_interface__ = {"data": (ptr, False), "shape": (size,), "typestr": "|u1", "version": 3}
+
+    def __del__(self):
+        if self.ptr:
+            self.pool.give_back(self.ptr, self.size, self.kept)
+            self.ptr = 0
+
+
+def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    try:
+        shape = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise TypeError(f"empty_pinned: shape must be ints, not {shape!r}") from None
+    if any(d < 0 for d in shape):
+        raise ValueError(f"empty_pinned: negative dimension in shape {shape}")
+    nbytes = math.prod(shape) * info.itemsize
+    if nbytes == 0:
+        return np.empty(shape, info.np)          # nothing to lock
+    pool = _pool
+    ptr, kept = pool.take(nbytes, keep_only)
+    if not ptr:
+        return None
+    block = _Block(ptr, _block_bytes(nbytes), kept, pool)
+    return np.asarray(block)[:nbytes].view(info.np).reshape(shape)
+
+
+def empty_pinned(shape, dtype="float32") -> np.ndarray:
+    """An uninitialised numpy array in page-locked host memory, from pyew's pool of pinned blocks
+    (its block goes back to the pool when the array and its views are gone). DeviceArray.get(out=)
+    and pyew.asarray copy straight to and from it, without the transfer engine's host copies."""
+    try:
+        info = dt.lookup(dtype)
+    except (KeyError, TypeError):
+        raise TypeError(f"empty_pinned: dtype {dtype!r} is not one pyew supports "
+                        f"({', '.join(d.name for d in dt.TABLE)})") from None
+    return _array(shape, info, keep_only=False)
+
+
+def pinned_or_empty(shape, dtype) -> np.ndarray:
+    """A pinned array from the pool while it has room under its limit, else np.empty (for results
+    pyew hands out in bulk, such as pyew.dask's numpy chunks)."""
+    try:
+        got = _array(shape, dt.lookup(dtype), keep_only=True)
+    except CudaError:              # the host refused to lock more memory: pageable will do
+        got = None
+    return got if got is not None else np.empty(shape, dtype)
+
+
+def is_pinned(a: np.ndarray) -> bool:
+    """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked)."""
+    return a.size > 0 and rt.host_pinned(a.ctypes.data)
+
+
+def set_limit(nbytes: int) -> None:
+    _pool.set_limit(nbytes)
+
+
+def limit() -> int:
+    return _pool.limit
+
+
+def held() -> int:
+    """Bytes of pinned blocks the pool keeps, in use or free."""
+    return _pool.held
+
+
+def release() -> None:
+    _pool.release()

@@ -1,0 +1,147 @@
+"""pyew.empty_pinned and its pool, and the transfer engine's one-DMA path for page-locked arrays, on
+the CPU stand-in for the CUDA runtime (tests/fake_cuda.py)."""
+from __future__ import annotations
+
+import gc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyew
+from pyew import pinned, transfer
+
+from .fake_cuda import device_view, install
+
+MiB = 1 << 20
+
+
+class _S:
+    cu = 0
+    handle = 0
+    ordinal = 0
+    dims = (4, 2048)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = install(monkeypatch)
+    old = transfer.transfer_limits()
+    transfer.set_transfer_limits(pinned_bytes=1 << 20, device_bytes=64 * 1024, threads=3, small_bytes=4096)
+    yield f
+    transfer.set_transfer_limits(**old)
+    transfer.release()
+
+
+def test_arrays_come_from_the_pool_and_go_back(fake):
+    a = pyew.empty_pinned((3, 5))
+    assert a.shape == (3, 5) and a.dtype == np.float32 and a.flags.writeable and a.flags.c_contiguous
+    assert pinned.is_pinned(a) and fake.host_pinned(a.ctypes.data)
+    a[...] = 7
+    ptr = a.ctypes.data
+    del a
+    b = pyew.empty_pinned(15)                         # the same size class: the same block
+    assert b.ctypes.data == ptr
+    view = b[2:]
+    del b
+    c = pyew.empty_pinned(15)                         # the block is still in use through the view
+    assert c.ctypes.data != ptr
+    del view
+    assert pyew.empty_pinned(16).ctypes.data == ptr   # and back once the view is gone
+    for dtype in ("float16", "bfloat16", "int64", np.int32, ml_dtypes.bfloat16):
+        d = pyew.empty_pinned((2, 4), dtype)
+        assert d.dtype == np.dtype(dtype) and pinned.is_pinned(d)
+    e = pyew.empty_pinned((0, 3))
+    assert e.shape == (0, 3) and not pinned.is_pinned(e)
+
+
+@pytest.mark.parametrize("shape,dtype,err,match", [
+    ((-1,), "float32", ValueError, "negative dimension"),
+    (("x",), "float32", TypeError, "shape must be ints"),
+    (2.5, "float32", TypeError, "shape must be ints"),
+    ((4,), "complex64", TypeError, "dtype 'complex64' is not one pyew supports"),
+])
+def test_bad_arguments_say_what_is_wrong(fake, shape, dtype, err, match):
+    held = fake.pinned_bytes()
+    with pytest.raises(err, match=match):
+        pyew.empty_pinned(shape, dtype)
+    assert fake.pinned_bytes() == held
+
+
+def test_the_pool_keeps_at_most_its_limit(fake):
+    transfer.set_transfer_limits(pinned_pool_bytes=5 * MiB)
+    assert transfer.transfer_limits()["pinned_pool_bytes"] == 5 * MiB
+    base = fake.pinned_bytes()
+    a = pyew.empty_pinned(3 * MiB)                     # 12 MiB: past the limit
+    assert pinned.held() == 0 and pinned.is_pinned(a)
+    del a
+    gc.collect()
+    assert fake.pinned_bytes() == base                 # not kept: freed with the array
+    b = pyew.empty_pinned(MiB // 4)                    # 1 MiB: kept
+    assert pinned.held() == MiB
+    c = pinned.pinned_or_empty((2 * MiB,), np.float32)  # 8 MiB would pass the limit: pageable
+    assert not pinned.is_pinned(c) and c.shape == (2 * MiB,)
+    d = pinned.pinned_or_empty((MiB // 2,), np.float32)  # 2 MiB fits beside b
+    assert pinned.is_pinned(d) and pinned.held() == 3 * MiB
+    del b, d
+    assert pinned.held() == 3 * MiB and fake.pinned_bytes() == base + 3 * MiB   # kept, free
+    transfer.set_transfer_limits(pinned_pool_bytes=0)  # free blocks past the limit go now
+    assert pinned.held() == 0 and fake.pinned_bytes() == base
+
+
+def test_pinned_arrays_cross_in_one_copy(fake):
+    n = 100_003
+    x = pyew.empty_pinned(n)
+    x[...] = np.arange(n, dtype=np.float32)
+    d = fake.malloc(4 * n, _S())
+    copies = fake.copies
+    transfer.to_device(x, d, _S())
+    assert fake.copies == copies + 1
+    np.testing.assert_array_equal(device_view(d, np.float32, (n,)), x)
+    out = pyew.empty_pinned(n)
+    transfer.to_host(d, out, _S())
+    assert fake.copies == copies + 2
+    np.testing.assert_array_equal(out, x)
+    page = np.empty(n, np.float32)                     # pageable: staged through the ring in blocks
+    transfer.to_host(d, page, _S())
+    assert fake.copies > copies + 3
+    np.testing.assert_array_equal(page, x)
+    strided = pyew.empty_pinned(2 * n)[::2]            # pinned but not contiguous: staged
+    copies = fake.copies
+    transfer.to_host(d, strided, _S())
+    assert fake.copies > copies + 1
+    np.testing.assert_array_equal(strided, x)
+
+
+def test_device_arrays_and_pinned_arrays(fake):
+    a = pyew.empty_pinned((300, 100), "float16")
+    a[...] = np.random.default_rng(0).standard_normal(a.shape)
+    d = pyew.asarray(a)
+    out = pyew.empty_pinned(a.shape, "float16")
+    assert d.get(out=out) is out
+    np.testing.assert_array_equal(out, a)
+
+
+def test_streamed_calls_read_and_write_pinned_operands_in_place(fakes, monkeypatch):
+    """A numpy call over page-locked inputs and out= streams its blocks with DMA from and to them,
+    no staging; a pageable operand beside them is still staged. Results as numpy gives them."""
+    from pyew import runtime as rt
+    hosts = []
+    up, down = rt.copy_htod, rt.copy_dtoh
+    monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: (hosts.append(s), up(d, s, n, st)))
+    monkeypatch.setattr(rt, "copy_dtoh", lambda d, s, n, st: (hosts.append(d), down(d, s, n, st)))
+    n = 50_001
+    rng = np.random.default_rng(1)
+    x, out = pyew.empty_pinned(n), pyew.empty_pinned(n)
+    x[...] = rng.standard_normal(n)
+    y = rng.standard_normal(n).astype(np.float32)          # pageable
+    assert pyew.add(x, y, out=out) is out
+    np.testing.assert_array_equal(out, x + y)
+
+    def inside(a):
+        return sum(a.ctypes.data <= p < a.ctypes.data + a.nbytes for p in hosts)
+    assert inside(x) > 1 and inside(out) > 1 and inside(y) == 0    # several blocks each; y staged
+    hosts.clear()
+    got = pyew.sigmoid(x)                                   # a new (pageable) result: staged out
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
+    assert inside(x) > 1 and inside(got) == 0
