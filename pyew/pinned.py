@@ -16,7 +16,6 @@ pinned_or_empty gives pageable memory.
 from __future__ import annotations
 
 import math
-import operator
 import os
 import threading
 
@@ -123,13 +122,9 @@ class _Block:
 
 
 def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
-    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
-    try:
-        shape = tuple(operator.index(d) for d in dims)
-    except TypeError:
-        raise TypeError(f"empty_pinned: shape must be ints, not {shape!r}") from None
-    if any(d < 0 for d in shape):
-        raise ValueError(f"empty_pinned: negative dimension in shape {shape}")
+    # imported on first use: array imports transfer, which imports this module
+    from .array import normalize_shape
+    shape = normalize_shape(shape)
     nbytes = math.prod(shape) * info.itemsize
     if nbytes == 0:
         return np.empty(shape, info.np)          # nothing to lock

@@ -57,8 +57,8 @@ def test_arrays_come_from_the_pool_and_go_back(fake):
 
 @pytest.mark.parametrize("shape,dtype,err,match", [
     ((-1,), "float32", ValueError, "negative dimension"),
-    (("x",), "float32", TypeError, "shape must be ints"),
-    (2.5, "float32", TypeError, "shape must be ints"),
+    (("x",), "float32", TypeError, "shape must be an int or a tuple of ints"),
+    (2.5, "float32", TypeError, "shape must be an int or a tuple of ints"),
     ((4,), "complex64", TypeError, "dtype 'complex64' is not one pyew supports"),
 ])
 def test_bad_arguments_say_what_is_wrong(fake, shape, dtype, err, match):
