@@ -2,7 +2,7 @@
 CuPy's, torch's) with another array, a Python number or a broadcast bias, beside CuPy's and
 PyTorch's own calls in the same process.
 
-    python benchmarks/host_calls.py
+    PYTHONPATH=. python benchmarks/host_calls.py
 """
 from __future__ import annotations
 

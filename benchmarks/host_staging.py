@@ -2,7 +2,7 @@
 pipeline on 2^26-float32 chunks, in one process per GPU as Dask's workers run, first with one
 process, then with one per GPU at once. Prints GB/s per process for each step.
 
-    python benchmarks/host_staging.py [--gpus 2]
+    PYTHONPATH=. python benchmarks/host_staging.py [--gpus 2]
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import multiprocessing as mp
 import os
 import time
+from queue import Empty
 
 N = 1 << 26
 CHUNKS = 6
@@ -69,7 +70,15 @@ def main() -> None:
         procs = [ctx.Process(target=_worker, args=(g, barrier, queue)) for g in range(p)]
         for proc in procs:
             proc.start()
-        results = [queue.get(timeout=600) for _ in procs]
+        results = []
+        while len(results) < p:
+            try:
+                results.append(queue.get(timeout=2))
+            except Empty:
+                if any(proc.exitcode not in (None, 0) for proc in procs):
+                    for proc in procs:
+                        proc.kill()
+                    raise SystemExit("host_staging: a worker process failed (its error is above)") from None
         for proc in procs:
             proc.join()
         for g, r in sorted(results):

@@ -1,7 +1,7 @@
 """numpy in, numpy out at 2^26 float32: pageable arrays against pyew.empty_pinned ones, and
 PyTorch's round trip through pinned tensors in the same run (wall clock, median of 7 after one).
 
-    python benchmarks/numpy_pinned.py
+    PYTHONPATH=. python benchmarks/numpy_pinned.py
 """
 from __future__ import annotations
 
