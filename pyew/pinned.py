@@ -122,9 +122,10 @@ class _Block:
 
 
 def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
-    # imported on first use: array imports transfer, which imports this module
-    from .array import normalize_shape
-    shape = normalize_shape(shape)
+    try:
+        shape = np.broadcast_shapes(shape)        # numpy's own check: ints, none negative
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"empty_pinned: bad shape {shape!r}: {e}") from None
     nbytes = math.prod(shape) * info.itemsize
     if nbytes == 0:
         return np.empty(shape, info.np)          # nothing to lock

@@ -56,9 +56,9 @@ def test_arrays_come_from_the_pool_and_go_back(fake):
 
 
 @pytest.mark.parametrize("shape,dtype,err,match", [
-    ((-1,), "float32", ValueError, "negative dimension"),
-    (("x",), "float32", TypeError, "shape must be an int or a tuple of ints"),
-    (2.5, "float32", TypeError, "shape must be an int or a tuple of ints"),
+    ((-1,), "float32", ValueError, r"bad shape \(-1,\): negative dimensions are not allowed"),
+    (("x",), "float32", TypeError, "bad shape .*cannot be interpreted as an integer"),
+    (2.5, "float32", TypeError, "bad shape 2.5"),
     ((4,), "complex64", TypeError, "dtype 'complex64' is not one pyew supports"),
 ])
 def test_bad_arguments_say_what_is_wrong(fake, shape, dtype, err, match):
