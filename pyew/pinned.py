@@ -9,12 +9,14 @@ CUDA knows, such as cupyx.empty_pinned's), and pyew.dask returns its numpy chunk
 
 Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
 when the last array over it is gone, and the next array of that size takes it. The pool holds at
-most `pinned_pool_bytes` (pyew.set_transfer_limits; an eighth of physical memory by default)
-counting blocks in use; past it empty_pinned still allocates but does not keep the block, and
+most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an eighth of physical memory
+divided by the number of GPUs, since dask-cuda runs a process with its own pool per GPU), counting
+blocks in use; past it empty_pinned still allocates but does not keep the block, and
 pinned_or_empty gives pageable memory.
 """
 from __future__ import annotations
 
+import collections
 import math
 import os
 import threading
@@ -35,10 +37,13 @@ def _block_bytes(nbytes: int) -> int:
 
 
 def _default_limit() -> int:
+    """An eighth of physical memory shared by the host's GPUs: dask-cuda runs one process per GPU,
+    each with its own pool, and together they should not lock more than that."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 1 << 30
+        ram = 8 << 30
+    return max(ram // (8 * max(1, rt.device_count())), 256 << 20)
 
 
 class _Pool:
@@ -46,17 +51,28 @@ class _Pool:
         self.lock = threading.Lock()
         self.free: dict[int, list[int]] = {}       # block bytes -> free block pointers
         self.held = 0                              # bytes of kept blocks, in use or free
-        self.limit = _default_limit()
+        self._limit: int | None = None             # counted on first use (it asks CUDA for GPUs)
+        # Blocks come back from __del__, which the garbage collector may run on a thread that
+        # holds the lock (any allocation under it can collect): they wait here until it is free.
+        self.returned: collections.deque[tuple[int, int]] = collections.deque()
+
+    @property
+    def limit(self) -> int:
+        if self._limit is None:
+            self._limit = _default_limit()
+        return self._limit
 
     def take(self, nbytes: int, keep_only: bool) -> tuple[int, bool]:
         """(a block of at least nbytes, whether the pool keeps it); (0, False) when keep_only and
         the pool is full."""
         size = _block_bytes(nbytes)
+        limit = self.limit
         with self.lock:
+            self._drain()
             blocks = self.free.get(size)
             if blocks:
                 return blocks.pop(), True
-            kept = self.held + size <= self.limit or self._evict(size)
+            kept = self.held + size <= limit or self._evict(size)
             if kept:
                 self.held += size
             elif keep_only:
@@ -78,24 +94,37 @@ class _Pool:
         return self.held + need <= self.limit
 
     def give_back(self, ptr: int, size: int, kept: bool) -> None:
+        """Called from __del__: never waits for the lock (see `returned`)."""
         if not kept:
             rt.host_free(ptr)
             return
-        with self.lock:
+        self.returned.append((ptr, size))
+        if self.lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self.lock.release()
+
+    def _drain(self) -> None:
+        """File returned blocks as free, or free them past the limit. With the lock."""
+        while self.returned:
+            ptr, size = self.returned.popleft()
             if self.held <= self.limit:
                 self.free.setdefault(size, []).append(ptr)
-                return
-            self.held -= size
-        rt.host_free(ptr)
+            else:
+                self.held -= size
+                rt.host_free(ptr)
 
     def set_limit(self, nbytes: int) -> None:
         with self.lock:
-            self.limit = nbytes
+            self._limit = nbytes
+            self._drain()
             self._evict(0)
 
     def release(self) -> None:
         """Free every free block now."""
         with self.lock:
+            self._drain()
             for size, blocks in self.free.items():
                 for ptr in blocks:
                     rt.host_free(ptr)

@@ -771,7 +771,9 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
     done = []
     try:
         for a in arrays:
-            if a.nbytes and not any(a is b for b in done):
+            # memory already locked (pinned arrays, or another view of one registered here)
+            # cannot be registered again
+            if a.nbytes and not rt.host_pinned(a.ctypes.data):
                 rt.host_register(a.ctypes.data, a.nbytes)
                 done.append(a)
         per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))

@@ -10,6 +10,7 @@ import numpy as np
 
 from pyew import pinned
 from pyew import runtime as rt
+from pyew.errors import CudaError
 
 
 class FakeCuda:
@@ -48,6 +49,8 @@ class FakeCuda:
         return ptr
 
     def host_register(self, ptr, nbytes):
+        if any(self.host_pinned(p) for p in (ptr, ptr + nbytes - 1)):
+            raise CudaError(712, "cudaErrorHostMemoryAlreadyRegistered", "cudaHostRegister")
         self.registered.add(ptr)
         self.registered_ranges[ptr] = nbytes
 

@@ -3,6 +3,7 @@ the CPU stand-in for the CUDA runtime (tests/fake_cuda.py)."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -87,6 +88,48 @@ def test_the_pool_keeps_at_most_its_limit(fake):
     assert pinned.held() == 3 * MiB and fake.pinned_bytes() == base + 3 * MiB   # kept, free
     transfer.set_transfer_limits(pinned_pool_bytes=0)  # free blocks past the limit go now
     assert pinned.held() == 0 and fake.pinned_bytes() == base
+
+
+def test_a_block_freed_by_the_collector_under_the_pool_lock(fake, monkeypatch):
+    """Freeing memory under the pool's lock can run the garbage collector, which can drop the last
+    array over another block on the same thread: that block must come back without a deadlock."""
+    transfer.set_transfer_limits(pinned_pool_bytes=4 * MiB)
+    base = fake.pinned_bytes()
+    a = pyew.empty_pinned(MiB // 2)                   # a 2 MiB block, then free in the pool
+    del a
+    cycle = [pyew.empty_pinned(MiB // 4)]             # a 1 MiB block only the collector frees
+    cycle.append(cycle)
+    del cycle
+    free = fake.host_free
+
+    def collecting_free(ptr):
+        gc.collect()
+        free(ptr)
+
+    monkeypatch.setattr(pinned.rt, "host_free", collecting_free)
+    got = []
+    gc.disable()
+    try:
+        # 4 MiB more evicts the free 2 MiB block under the lock, and that collects the cycle
+        t = threading.Thread(target=lambda: got.append(pyew.empty_pinned(MiB)), daemon=True)
+        t.start()
+        t.join(10)
+    finally:
+        gc.enable()
+    if t.is_alive():
+        monkeypatch.setattr(pinned, "_pool", pinned._Pool())   # the stuck one keeps its lock
+        pytest.fail("the pool deadlocked")
+    assert got[0].shape == (MiB,) and pinned.is_pinned(got[0])
+    got.clear()
+    transfer.release()
+    assert pinned.held() == 0 and fake.pinned_bytes() == base
+
+
+def test_the_default_limit_is_shared_by_the_gpus(monkeypatch):
+    monkeypatch.setattr(pinned.rt, "device_count", lambda: 1)
+    one = pinned._default_limit()
+    monkeypatch.setattr(pinned.rt, "device_count", lambda: 4)
+    assert pinned._default_limit() == max(one // 4, 256 << 20) < one
 
 
 def test_pinned_arrays_cross_in_one_copy(fake):

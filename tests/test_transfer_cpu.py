@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from pyew import transfer
+import pyew
+from pyew import pinned, transfer
 from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
@@ -212,6 +213,21 @@ def test_register_mode(fake):
     transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
     assert np.array_equal(out, 2 * x)
     assert not fake.registered, "every registration is undone"
+
+
+def test_register_mode_leaves_locked_memory_alone(fake):
+    """Page-locked operands, and a second view of memory registered for this call, cannot be
+    registered again (CUDA refuses); they are used as they are."""
+    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
+    x = pyew.empty_pinned(100_000)
+    x[...] = np.arange(x.size, dtype=np.float32)
+    y = np.arange(100_000, dtype=np.float32)
+    out = y.reshape(100, 1000).reshape(-1)            # another object over y's memory
+    assert out is not y and out.ctypes.data == y.ctypes.data
+    transfer.stream_call([transfer.HostOperand(x, x.shape), transfer.HostOperand(y, y.shape)], [out],
+                         x.shape, _add_kernel, S)
+    assert np.array_equal(out, 2 * np.arange(100_000, dtype=np.float32))
+    assert not fake.registered and pinned.is_pinned(x)
 
 
 @pytest.mark.parametrize("kw,err", [({"pinned_bytes": 10}, ValueError), ({"threads": 0}, ValueError),
