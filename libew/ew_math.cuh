@@ -234,35 +234,46 @@ __device__ __forceinline__ float normal_cdf(float x) {
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 // The sigmoid form has no cancellation for x < 0; in the tail its relative error is the absolute
 // error of 2u (sigmoid(v) ~ e^v there), and |2u| reaches ~88 before the result underflows, where
-// a float's half ulp is 4e-6: rounding 2u to float alone would cost ~|2u| ulp of the result. So for
-// float results 2u is formed as an unevaluated sum vh + vl of two floats (float-float arithmetic,
-// no FP64), and vl is put back with sigmoid' = s (1 - s): a few ulp. Narrow results need neither.
+// a float's half ulp is 4e-6: rounding 2u to float alone would cost ~|2u| ulp of the result.
+// Narrow results need no care. For float results exp(-|2u|) = 2^-w, w = |x| (a + b x^2), is
+// formed with the argument's rounding errors kept: g = a + b x^2 as an unevaluated sum gh + gl of
+// two floats (x^2 and b x^2 split exactly with fmaf, a + b x^2 by Fast2Sum: both terms are
+// positive), then w is split into an integer n and a remainder n - |x| gh - |x| gl, formed with
+// fmaf so that the product's rounding error is kept, which goes through one ex2.approx; 2^-n is
+// applied as two normal powers of two, so a subnormal result is rounded once. Past |x| = 12 the
+// exponent is below -200 and the tail is 0 in float. The float32 emulation of every step, with
+// ex2.approx and rcp.approx pushed 2 and 1 ulp either way, stays below 5.1e-7 of the float64 result
+// (scripts/gelu_tanh_error.py; the tests allow 1e-6).
 
-// 2 sqrt(2/pi) and 0.044715 * 2 sqrt(2/pi), each split into a float and the float rest.
-constexpr double kGeluC1 = 1.5957691216057308;
-constexpr double kGeluC3 = 1.5957691216057308 * 0.044715;
-constexpr float kGeluC1h = static_cast<float>(kGeluC1);
-constexpr float kGeluC1l = static_cast<float>(kGeluC1 - static_cast<double>(kGeluC1h));
-constexpr float kGeluC3h = static_cast<float>(kGeluC3);
-constexpr float kGeluC3l = static_cast<float>(kGeluC3 - static_cast<double>(kGeluC3h));
+// a = 2 sqrt(2/pi) log2(e) and b = 0.044715 a, each split into a float and the float rest.
+constexpr double kGeluA = 1.5957691216057308 * kLog2e;
+constexpr double kGeluB = kGeluA * 0.044715;
+constexpr float kGeluAh = static_cast<float>(kGeluA);
+constexpr float kGeluAl = static_cast<float>(kGeluA - static_cast<double>(kGeluAh));
+constexpr float kGeluBh = static_cast<float>(kGeluB);
+constexpr float kGeluBl = static_cast<float>(kGeluB - static_cast<double>(kGeluBh));
 
-// v = x (c1 + c3 x^2) = vh + vl, |vl| <= ulp(vh) / 2, within about 2^-44 relative of the exact
-// value (products split exactly with fmaf, the sum c1 + c3 x^2 by Knuth's two-sum; about 20 float
-// operations). Where v overflows (or x is not finite) vh is +-inf or NaN and vl is 0.
-__host__ __device__ __forceinline__ float gelu_tanh_arg(float x, float& vl) {
-  const float p = mul_rn(x, x);
-  const float pe = fmaf(x, x, -p);                                 // x^2 = p + pe exactly
-  const float th = mul_rn(kGeluC3h, p);                            // c3 x^2 = th + tl
-  const float tl = add_rn(fmaf(kGeluC3h, p, -th), fmaf(kGeluC3h, pe, mul_rn(kGeluC3l, p)));
-  const float sh = add_rn(kGeluC1h, th);                           // two-sum: c1h + th = sh + err
-  const float bv = sub_rn(sh, kGeluC1h);
-  const float se = add_rn(add_rn(sub_rn(kGeluC1h, sub_rn(sh, bv)), sub_rn(th, bv)), add_rn(kGeluC1l, tl));
-  const float vh = mul_rn(sh, x);                                  // (sh + se) x = vh + rest
-  const float rest = fmaf(se, x, fmaf(sh, x, -vh));
-  const float v = add_rn(vh, rest);                                // renormalise
-  const bool finite = isfinite(v);
-  vl = finite ? sub_rn(rest, sub_rn(v, vh)) : 0.f;
-  return finite ? v : vh;
+// exp(-|2u|) for float x, in [0, 1] (a NaN x gives a number: callers multiply by x).
+__device__ __forceinline__ float gelu_tanh_exp(float x) {
+  const float ax = fminf(fabsf(x), 12.f);
+  const float p = mul_rn(ax, ax);
+  const float pe = fmaf(ax, ax, -p);                               // x^2 = p + pe exactly
+  const float th = mul_rn(kGeluBh, p);
+  const float tl = fmaf(kGeluBh, p, -th);                          // bh p = th + tl exactly
+  const float gh = add_rn(kGeluAh, th);                            // Fast2Sum: ah + th = gh + ge
+  const float ge = sub_rn(fminf(kGeluAh, th), sub_rn(gh, fmaxf(kGeluAh, th)));
+  const float gl = fmaf(kGeluBh, pe, fmaf(kGeluBl, p, add_rn(tl, add_rn(ge, kGeluAl))));
+  constexpr float kRound = 12582912.f;                             // 1.5 * 2^23: k's ulp is 1
+  const float k = fmaf(ax, gh, kRound);                            // kRound + round(|x| gh)
+  const float n = sub_rn(k, kRound);
+  float f = fmaf(-ax, gh, n);                                      // exact product, one rounding
+  f = fmaf(-ax, gl, f);
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f));
+  const int m = __float_as_int(k) - __float_as_int(kRound);        // n, in [0, 206]
+  const int m1 = m >> 1;                   // 2^-m1 and 2^-(m - m1): biased exponents in [24, 127]
+  const auto pow2 = [](int j) { return __uint_as_float(static_cast<unsigned>(127 - j) << 23); };
+  return mul_rn(mul_rn(e, pow2(m1)), pow2(m - m1));
 }
 
 template <typename R = void>
@@ -276,10 +287,9 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   if constexpr (narrow_v<R>) {
     return x * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
   } else {
-    float vl;
-    const float vh = gelu_tanh_arg(x, vl);
-    const float s = sigmoid(vh);
-    return x * fmaf(s * (1.f - s), vl, s);
+    const float e = gelu_tanh_exp(x);          // in [0, 1]
+    const float r = rcp_fast(1.f + e);         // sigmoid(|2u|)
+    return x * (x >= 0.f ? r : e * r);
   }
 }
 
