@@ -10,9 +10,10 @@ CUDA knows, such as cupyx.empty_pinned's), and pyew.dask returns its numpy chunk
 Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
 when the last array over it is gone, and the next array of that size takes it. The pool holds at
 most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an eighth of physical memory
-divided by the number of GPUs, since dask-cuda runs a process with its own pool per GPU), counting
-blocks in use; past it empty_pinned still allocates but does not keep the block, and
-pinned_or_empty gives pageable memory.
+divided by the host's GPUs, since dask-cuda and most launchers run a process, each with its own
+pool, per GPU), counting blocks in use; past it empty_pinned still allocates but does not keep the
+block, and pinned_or_empty gives pageable memory. Free blocks stay locked until an array of their
+size takes them or a lower limit frees them.
 """
 from __future__ import annotations
 
@@ -36,14 +37,26 @@ def _block_bytes(nbytes: int) -> int:
     return max(4096, 1 << (nbytes - 1).bit_length())
 
 
-def _default_limit() -> int:
-    """An eighth of physical memory shared by the host's GPUs: dask-cuda runs one process per GPU,
-    each with its own pool, and together they should not lock more than that."""
+def _physical_memory() -> int:
     try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        ram = 8 << 30
-    return max(ram // (8 * max(1, rt.device_count())), 256 << 20)
+        return 8 << 30
+
+
+def _host_gpus() -> int:
+    """The host's NVIDIA GPUs, whatever CUDA_VISIBLE_DEVICES says, counted without starting CUDA
+    (a process that starts it before forking workers cannot use it in them); 1 where unknown."""
+    try:
+        return max(1, len(os.listdir("/proc/driver/nvidia/gpus")))
+    except OSError:
+        return 1
+
+
+def _default_limit() -> int:
+    """An eighth of physical memory shared by the host's GPUs: dask-cuda, like most launchers,
+    runs one process per GPU, each with its own pool, and together they should not lock more."""
+    return max(_physical_memory() // (8 * _host_gpus()), 256 << 20)
 
 
 class _Pool:
@@ -51,32 +64,28 @@ class _Pool:
         self.lock = threading.Lock()
         self.free: dict[int, list[int]] = {}       # block bytes -> free block pointers
         self.held = 0                              # bytes of kept blocks, in use or free
-        self._limit: int | None = None             # counted on first use (it asks CUDA for GPUs)
+        self.limit = _default_limit()
         # Blocks come back from __del__, which the garbage collector may run on a thread that
         # holds the lock (any allocation under it can collect): they wait here until it is free.
         self.returned: collections.deque[tuple[int, int]] = collections.deque()
-
-    @property
-    def limit(self) -> int:
-        if self._limit is None:
-            self._limit = _default_limit()
-        return self._limit
 
     def take(self, nbytes: int, keep_only: bool) -> tuple[int, bool]:
         """(a block of at least nbytes, whether the pool keeps it); (0, False) when keep_only and
         the pool is full."""
         size = _block_bytes(nbytes)
-        limit = self.limit
-        with self.lock:
-            self._drain()
-            blocks = self.free.get(size)
-            if blocks:
-                return blocks.pop(), True
-            kept = self.held + size <= limit or self._evict(size)
-            if kept:
-                self.held += size
-            elif keep_only:
-                return 0, False
+        try:
+            with self.lock:
+                self._drain()
+                blocks = self.free.get(size)
+                if blocks:
+                    return blocks.pop(), True
+                kept = self.held + size <= self.limit or self._evict(size)
+                if kept:
+                    self.held += size
+                elif keep_only:
+                    return 0, False
+        finally:
+            self._drain_if_free()
         try:
             return rt.host_alloc(size), kept
         except BaseException:
@@ -99,7 +108,12 @@ class _Pool:
             rt.host_free(ptr)
             return
         self.returned.append((ptr, size))
-        if self.lock.acquire(blocking=False):
+        self._drain_if_free()
+
+    def _drain_if_free(self) -> None:
+        """Drain `returned` unless another holder of the lock will: whoever holds it calls this
+        after letting go, so a block queued meanwhile is not left waiting."""
+        while self.returned and self.lock.acquire(blocking=False):
             try:
                 self._drain()
             finally:
@@ -116,20 +130,26 @@ class _Pool:
                 rt.host_free(ptr)
 
     def set_limit(self, nbytes: int) -> None:
-        with self.lock:
-            self._limit = nbytes
-            self._drain()
-            self._evict(0)
+        try:
+            with self.lock:
+                self.limit = nbytes
+                self._drain()
+                self._evict(0)
+        finally:
+            self._drain_if_free()
 
     def release(self) -> None:
         """Free every free block now."""
-        with self.lock:
-            self._drain()
-            for size, blocks in self.free.items():
-                for ptr in blocks:
-                    rt.host_free(ptr)
-                self.held -= size * len(blocks)
-                blocks.clear()
+        try:
+            with self.lock:
+                self._drain()
+                for size, blocks in self.free.items():
+                    for ptr in blocks:
+                        rt.host_free(ptr)
+                    self.held -= size * len(blocks)
+                    blocks.clear()
+        finally:
+            self._drain_if_free()
 
 
 _pool = _Pool()

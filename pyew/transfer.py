@@ -30,6 +30,7 @@ import collections
 import contextlib
 import ctypes
 import math
+import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -569,9 +570,12 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
                              scratch_per_elem):
                 return
     with _engine_lock:
+        plan = None
         if _limits.mode == "register" and flat and all(a.array.flags.c_contiguous for a in inputs) \
                 and all(o.flags.c_contiguous for o in outputs):
-            _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
+            plan = _lock_plan([op.array for op in inputs] + list(outputs))
+        if plan is not None:
+            _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
                                scratch_per_elem)
             return
         slot = _ring_slot_bytes()
@@ -763,19 +767,42 @@ def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
     return True
 
 
-def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
+def _lock_plan(arrays) -> list[tuple[int, int]] | None:
+    """The (address, bytes) ranges the register mode page-locks for `arrays`: their pages, merged
+    where arrays share one (CUDA refuses to register a page twice), without the memory that is
+    page-locked already (pinned arrays). None when some array is partly locked (by another
+    library, say): such a call is staged instead."""
+    page = mmap.PAGESIZE
+    spans = sorted(((a.ctypes.data // page * page, -(-(a.ctypes.data + a.nbytes) // page) * page, a)
+                    for a in arrays if a.nbytes), key=lambda t: t[:2])
+    merged: list[list] = []
+    for lo, hi, a in spans:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+            merged[-1][2].append(a)
+        else:
+            merged.append([lo, hi, [a]])
+    plan = []
+    for lo, hi, group in merged:
+        ends = [p for a in group for p in (a.ctypes.data, a.ctypes.data + a.nbytes - 1)]
+        locked = [rt.host_pinned(p) for p in ends]
+        if all(locked):
+            continue
+        if any(locked) or rt.host_pinned(lo) or rt.host_pinned(hi - 1):
+            return None
+        plan.append((lo, hi - lo))
+    return plan
+
+
+def _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
                        scratch_per_elem) -> None:
-    """The register mode: page-lock every host array in place, then DMA blocks straight between
-    them and device scratch (no staging copies); unlock at the end."""
-    arrays = [op.array for op in inputs] + list(outputs)
+    """The register mode: page-lock the host arrays in place (`plan`, from _lock_plan), then DMA
+    blocks straight between them and device scratch (no staging copies); unlock at the end."""
     done = []
     try:
-        for a in arrays:
-            # memory already locked (pinned arrays, or another view of one registered here)
-            # cannot be registered again
-            if a.nbytes and not rt.host_pinned(a.ctypes.data):
-                rt.host_register(a.ctypes.data, a.nbytes)
-                done.append(a)
+        for ptr, nbytes in plan:
+            rt.host_register(ptr, nbytes)
+            done.append(ptr)
         per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
         per = max(align, per_dev // align * align)
         blocks = list(chunks((n,), per))
@@ -805,8 +832,8 @@ def _stream_registered(inputs, outputs, n, kernel, stream, out_scale, in_scale, 
 
             _run_workers(blocks, work, stream, join=False)
     finally:
-        for a in done:
+        for ptr in done:
             try:
-                rt.host_unregister(a.ctypes.data)
+                rt.host_unregister(ptr)
             except Exception:
                 pass

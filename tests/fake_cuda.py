@@ -20,6 +20,7 @@ class FakeCuda:
         self.host_blocks: dict[int, ctypes.Array] = {}
         self.registered: set[int] = set()
         self.registered_ranges: dict[int, int] = {}
+        self.register_calls: list[tuple[int, int]] = []
         self.copies = 0
         self.fail_after_copies: int | None = None
         self.owner: dict[int, int] = {}         # device pointer -> the GPU it was allocated on
@@ -42,15 +43,23 @@ class FakeCuda:
                 self.owner.pop(ptr, None)
 
     def host_alloc(self, nbytes):
-        buf = (ctypes.c_uint8 * nbytes)()
-        ptr = ctypes.addressof(buf)
+        """Page-aligned whole pages, as cudaHostAlloc gives."""
+        size = -(-nbytes // 4096) * 4096
+        buf = (ctypes.c_uint8 * (size + 4096))()
+        ptr = -(-ctypes.addressof(buf) // 4096) * 4096
         with self.lock:
-            self.host_blocks[ptr] = buf
+            self.host_blocks[ptr] = (ctypes.c_uint8 * size).from_buffer(buf, ptr - ctypes.addressof(buf))
         return ptr
 
     def host_register(self, ptr, nbytes):
-        if any(self.host_pinned(p) for p in (ptr, ptr + nbytes - 1)):
+        """CUDA refuses memory that is page-locked already, in any of the range's pages."""
+        page = 4096
+        lo, hi = ptr // page * page, -(-(ptr + nbytes) // page) * page
+        with self.lock:
+            locked = [(p, len(b)) for p, b in self.host_blocks.items()] + list(self.registered_ranges.items())
+        if any(p < hi and lo < p + n for p, n in locked):
             raise CudaError(712, "cudaErrorHostMemoryAlreadyRegistered", "cudaHostRegister")
+        self.register_calls.append((ptr, nbytes))
         self.registered.add(ptr)
         self.registered_ranges[ptr] = nbytes
 

@@ -125,11 +125,36 @@ def test_a_block_freed_by_the_collector_under_the_pool_lock(fake, monkeypatch):
     assert pinned.held() == 0 and fake.pinned_bytes() == base
 
 
-def test_the_default_limit_is_shared_by_the_gpus(monkeypatch):
-    monkeypatch.setattr(pinned.rt, "device_count", lambda: 1)
-    one = pinned._default_limit()
-    monkeypatch.setattr(pinned.rt, "device_count", lambda: 4)
-    assert pinned._default_limit() == max(one // 4, 256 << 20) < one
+@pytest.mark.parametrize("gpus,limit", [(None, 8 << 30), (1, 8 << 30), (8, 1 << 30), (512, 256 << 20)])
+def test_the_default_limit_is_shared_by_the_hosts_gpus(monkeypatch, tmp_path, gpus, limit):
+    """An eighth of 64 GiB, divided by the GPUs the driver lists (dask-cuda runs a process and a
+    pool per GPU), at least 256 MiB; counted without CUDA."""
+    monkeypatch.setattr(pinned, "_physical_memory", lambda: 64 << 30)
+    listing = tmp_path / "gpus"
+    if gpus is not None:
+        listing.mkdir()
+        for i in range(gpus):
+            (listing / f"0000:{i:02x}:00.0").mkdir()
+    real_listdir = pinned.os.listdir
+    monkeypatch.setattr(pinned.os, "listdir",
+                        lambda p: real_listdir(listing) if p == "/proc/driver/nvidia/gpus" else real_listdir(p))
+    monkeypatch.setattr(pinned.rt, "device_count", lambda: pytest.fail("the limit started CUDA"))
+    assert pinned._default_limit() == limit
+    assert pinned._Pool().limit == limit
+
+
+def test_reading_and_setting_limits_leaves_cuda_alone(monkeypatch):
+    """A process may set the limits and then fork workers: that must not have started CUDA."""
+    transfer.release()                  # memory earlier tests left to the engine (on a GPU host)
+    for name in ("device_count", "host_alloc", "host_free", "malloc", "new_stream"):
+        monkeypatch.setattr(pinned.rt, name, lambda *a, _n=name: pytest.fail(f"{_n} was called"))
+    monkeypatch.setattr(pinned, "_pool", pinned._Pool())
+    old = transfer.transfer_limits()
+    assert old["pinned_pool_bytes"] == pinned._default_limit()
+    transfer.set_transfer_limits(threads=2, pinned_pool_bytes=64 << 20)
+    assert transfer.transfer_limits()["pinned_pool_bytes"] == 64 << 20
+    transfer.set_transfer_limits(**old)
+    assert transfer.transfer_limits() == old
 
 
 def test_pinned_arrays_cross_in_one_copy(fake):

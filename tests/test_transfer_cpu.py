@@ -215,9 +215,13 @@ def test_register_mode(fake):
     assert not fake.registered, "every registration is undone"
 
 
+def _covered(calls, a) -> bool:
+    return any(p <= a.ctypes.data and a.ctypes.data + a.nbytes <= p + n for p, n in calls)
+
+
 def test_register_mode_leaves_locked_memory_alone(fake):
-    """Page-locked operands, and a second view of memory registered for this call, cannot be
-    registered again (CUDA refuses); they are used as they are."""
+    """Page-locked operands are used as they are (CUDA refuses to register them again); a second
+    view of an array's memory is registered once with it."""
     transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
     x = pyew.empty_pinned(100_000)
     x[...] = np.arange(x.size, dtype=np.float32)
@@ -227,7 +231,43 @@ def test_register_mode_leaves_locked_memory_alone(fake):
     transfer.stream_call([transfer.HostOperand(x, x.shape), transfer.HostOperand(y, y.shape)], [out],
                          x.shape, _add_kernel, S)
     assert np.array_equal(out, 2 * np.arange(100_000, dtype=np.float32))
+    assert len(fake.register_calls) == 1 and _covered(fake.register_calls, y)
+    assert not _covered(fake.register_calls, x)
     assert not fake.registered and pinned.is_pinned(x)
+
+
+@pytest.mark.parametrize("first", ["head", "tail"])
+def test_register_mode_with_overlapping_arrays(fake, first):
+    """Arrays over overlapping parts of one buffer, in either order: their pages are registered
+    once, as one range, and unregistered at the end."""
+    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
+    base = np.arange(150_000, dtype=np.float32)
+    head, tail = base[:100_000], base[50_000:]
+    a, b = (head, tail) if first == "head" else (tail, head)
+    want = a + b
+    out = np.empty(100_000, np.float32)
+    transfer.stream_call([transfer.HostOperand(a, a.shape), transfer.HostOperand(b, b.shape)], [out],
+                         a.shape, _add_kernel, S)
+    assert np.array_equal(out, want)
+    for arr in (head, tail, out):
+        assert _covered(fake.register_calls, arr)
+    spans = sorted(fake.register_calls)
+    assert all(p + n <= q for (p, n), (q, _) in zip(spans, spans[1:])), "a page registered twice"
+    assert not fake.registered
+
+
+def test_register_mode_stages_partly_locked_arrays(fake):
+    """An array part of which another library has page-locked cannot be registered: the call is
+    staged instead, and that library's registration is left alone."""
+    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
+    x = np.arange(100_000, dtype=np.float32)
+    fake.host_register(x.ctypes.data, x.nbytes // 2)
+    fake.register_calls.clear()
+    out = np.empty_like(x)
+    transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
+    assert np.array_equal(out, 2 * x)
+    assert not fake.register_calls and fake.registered == {x.ctypes.data}
+    fake.host_unregister(x.ctypes.data)
 
 
 @pytest.mark.parametrize("kw,err", [({"pinned_bytes": 10}, ValueError), ({"threads": 0}, ValueError),

@@ -146,6 +146,30 @@ def test_pinned_pool_reuses_blocks_and_keeps_its_limit(transfer_limits):
     assert not pinned.is_pinned(c)
 
 
+def test_the_pools_default_counts_the_hosts_gpus():
+    """The driver's list of GPUs, which the default pool limit divides by, holds at least the ones
+    this process sees."""
+    from pyew import pinned
+    assert pinned._host_gpus() >= pyew.device_count() >= 1
+
+
+def test_register_mode_over_pinned_and_overlapping_arrays(rng, transfer_limits):
+    """The register mode with a pinned operand and two overlapping views of one pageable buffer:
+    each page is locked once (CUDA refuses a second registration), and the values are right."""
+    from pyew import pinned
+    transfer_limits(mode="register", small_bytes=0, device_bytes=8 << 20, threads=3)
+    n = 2 * (1 << 20) + 77
+    base = random_array(rng, n + 1000, "float32")
+    head, tail = base[:n], base[1000:]
+    p = pyew.empty_pinned(n)
+    p[...] = random_array(rng, n, "float32")
+    out = np.full(n, np.nan, np.float32)
+    np.testing.assert_array_equal(pyew.add(head, tail, out=out), head + tail)
+    np.testing.assert_array_equal(pyew.add(tail, p), tail + p)
+    np.testing.assert_array_equal(pyew.mul(p, p), p * p)
+    assert not pinned.is_pinned(base) and not pinned.is_pinned(out), "every registration is undone"
+
+
 
 def test_streamed_calls_over_pinned_operands(rng, transfer_limits):
     """numpy calls whose inputs and out= are page-locked stream by DMA from and to them: the same
