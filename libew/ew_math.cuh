@@ -45,6 +45,17 @@ __device__ __forceinline__ float rcp_fast(float x) {
   return y;
 }
 
+// min(a, b) that returns a NaN a, not b (one min.NaN from sm_80 on, where fminf would drop it).
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return isnan(a) ? a : fminf(a, b);
+#endif
+}
+
 // a / b; for narrow R the fast division (within 2 float ulp for |b| < 2^126).
 template <typename R = void, typename C>
 __device__ __forceinline__ C div(C a, C b) {
@@ -159,15 +170,17 @@ __host__ __device__ __forceinline__ float mul_rn(float a, float b) {
 // (rounded in the low bits of k) and a remainder formed with the product's rounding error kept
 // (fma), which with P(t) - lo/2 goes through one ex2.approx of an argument below 2.5 in
 // magnitude. 2^(n-1) is applied as two normal powers of two, so that a subnormal result is
-// rounded once. t comes from rcp.approx and one Newton step. The float32 emulation of every
-// step, with rcp and ex2 pushed 1 and 2 ulp either way, stays below 6.2e-7 of the float64 result
-// (scripts/normal_tail_error.py; the tests allow 1e-6).
+// rounded once. t comes from rcp.approx alone (1 ulp; a Newton step would take the bound below
+// from 7.7e-7 to 6.2e-7 for two more operations per element, which the H200 under its power cap
+// measurably pays). The float32 emulation of every step, with rcp and ex2 pushed 1 and 2 ulp
+// either way, stays below 7.7e-7 of the float64 result (scripts/normal_tail_error.py; the tests
+// allow 1e-6).
 constexpr double kLog2e = 1.4426950408889634;
 constexpr float kHalfLog2eHi = static_cast<float>(0.5 * kLog2e);
 constexpr float kHalfLog2eLo = static_cast<float>(0.5 * kLog2e - static_cast<double>(kHalfLog2eHi));
 
 __device__ __forceinline__ float lower_normal_tail_accurate(float a) {
-  const float t = recip(fmaf(0.35355339f, a, 1.f));
+  const float t = rcp_fast(fmaf(0.35355339f, a, 1.f));
   float p = 0.17087277f;
   p = fmaf(p, t, -0.82215223f);
   p = fmaf(p, t, 1.48851587f);
@@ -226,7 +239,7 @@ __device__ __forceinline__ float normal_cdf(float x) {
     h = lower_normal_tail_fast<R>(fabsf(x));   // +-inf: t = 0, 2^-inf = 0; NaN stays NaN
   } else {
     // Past |x| = 18, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
-    h = lower_normal_tail_accurate(fabsf(x) > 18.f ? 18.f : fabsf(x));
+    h = lower_normal_tail_accurate(fmin_nan(fabsf(x), 18.f));
   }
   return x < 0.f ? h : 1.f - h;
 }
@@ -240,7 +253,7 @@ __device__ __forceinline__ float normal_cdf(float x) {
 // two floats (x^2 and b x^2 split exactly with fmaf, a + b x^2 by Fast2Sum: both terms are
 // positive), then w is split into an integer n and a remainder n - |x| gh - |x| gl, formed with
 // fmaf so that the product's rounding error is kept, which goes through one ex2.approx; 2^-n is
-// applied as two normal powers of two, so a subnormal result is rounded once. Past |x| = 12 the
+// applied as two normal powers of two, so that a subnormal exp is rounded once. Past |x| = 12 the
 // exponent is below -200 and the tail is 0 in float. The float32 emulation of every step, with
 // ex2.approx and rcp.approx pushed 2 and 1 ulp either way, stays below 5.1e-7 of the float64 result
 // (scripts/gelu_tanh_error.py; the tests allow 1e-6).
@@ -253,9 +266,9 @@ constexpr float kGeluAl = static_cast<float>(kGeluA - static_cast<double>(kGeluA
 constexpr float kGeluBh = static_cast<float>(kGeluB);
 constexpr float kGeluBl = static_cast<float>(kGeluB - static_cast<double>(kGeluBh));
 
-// exp(-|2u|) for float x, in [0, 1] (a NaN x gives a number: callers multiply by x).
+// exp(-|2u|) for float x, in [0, 1]; NaN stays NaN.
 __device__ __forceinline__ float gelu_tanh_exp(float x) {
-  const float ax = fminf(fabsf(x), 12.f);
+  const float ax = fmin_nan(fabsf(x), 12.f);
   const float p = mul_rn(ax, ax);
   const float pe = fmaf(ax, ax, -p);                               // x^2 = p + pe exactly
   const float th = mul_rn(kGeluBh, p);
@@ -276,20 +289,20 @@ __device__ __forceinline__ float gelu_tanh_exp(float x) {
   return mul_rn(mul_rn(e, pow2(m1)), pow2(m - m1));
 }
 
+// Below x = -800 the result is -0 in every type; the factor x is clamped there so that x = -inf
+// gives -800 * 0, not -inf * 0 = NaN (NaN x still gives NaN through the sigmoid).
 template <typename R = void>
 __device__ __forceinline__ double gelu_tanh(double x) {
-  if (x < -800.0) return -0.0;
-  return x * sigmoid(1.5957691216057308 * fma(0.044715 * x, x * x, x));
+  return fmax(x, -800.0) * sigmoid(1.5957691216057308 * fma(0.044715 * x, x * x, x));
 }
 template <typename R = void>
 __device__ __forceinline__ float gelu_tanh(float x) {
-  if (x < -800.f) return -0.f;
   if constexpr (narrow_v<R>) {
-    return x * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
+    return fmaxf(x, -800.f) * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
   } else {
     const float e = gelu_tanh_exp(x);          // in [0, 1]
     const float r = rcp_fast(1.f + e);         // sigmoid(|2u|)
-    return x * (x >= 0.f ? r : e * r);
+    return fmaxf(x, -800.f) * (x >= 0.f ? r : e * r);
   }
 }
 

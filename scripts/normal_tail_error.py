@@ -40,8 +40,7 @@ def tail(a, rcp_ulps=0, ex2_ulps=0):
     """Phi(-a) as the kernel computes it, for float32 a >= 0."""
     a = np.where(a > 18, F(18), a).astype(F)
     d = fma(F(0.35355339), a, F(1))
-    r = ulps(rnd(1.0 / d.astype(np.float64)), rcp_ulps)       # rcp.approx
-    t = fma(r, fma(-d, r, F(1)), r)                            # one Newton step
+    t = ulps(rnd(1.0 / d.astype(np.float64)), rcp_ulps)       # rcp.approx
     p = np.full_like(a, F(NR[0]))
     for c in NR[1:]:
         p = fma(p, t, F(c))

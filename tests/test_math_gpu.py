@@ -35,3 +35,12 @@ def test_float32_wide_range(op, k, rng):
     mag = 10.0 ** rng.uniform(-6, 4, size=1 << 18)
     x = (mag * rng.choice([-1.0, 1.0], size=mag.size)).astype(np.float32)
     _check(op, k, x, getattr(pyew, op.name)(x, **params_of(op)))
+
+
+@pytest.mark.parametrize("op,k", _unary(("float32",)))
+def test_float32_dense_grid(op, k):
+    """[-20, 20] in steps of 2^-12: where the tails' exponent splits change their integer part and
+    where their clamps (gelu_tanh at 12, gelu at 18) begin."""
+    x = np.arange(-20, 20, 2.0 ** -12).astype(np.float32)
+    _check(op, k, x, getattr(pyew, op.name)(x, **params_of(op)))
+
