@@ -777,7 +777,7 @@ def _lock_plan(arrays) -> list[tuple[int, int]] | None:
                     for a in arrays if a.nbytes), key=lambda t: t[:2])
     merged: list[list] = []
     for lo, hi, a in spans:
-        if merged and lo <= merged[-1][1]:
+        if merged and lo < merged[-1][1]:          # a page in common
             merged[-1][1] = max(merged[-1][1], hi)
             merged[-1][2].append(a)
         else:
