@@ -18,6 +18,7 @@ size takes them or a lower limit frees them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import threading
@@ -92,6 +93,7 @@ class _Pool:
             if kept:
                 with self.lock:
                     self.held -= size
+                self._drain_if_free()
             raise
 
     def _evict(self, need: int) -> bool:
@@ -120,14 +122,16 @@ class _Pool:
                 self.lock.release()
 
     def _drain(self) -> None:
-        """File returned blocks as free, or free them past the limit. With the lock."""
+        """File returned blocks as free, or free them past the limit. With the lock. A block whose
+        free fails (CUDA shutting down at exit) is dropped: the error belongs to no caller."""
         while self.returned:
             ptr, size = self.returned.popleft()
             if self.held <= self.limit:
                 self.free.setdefault(size, []).append(ptr)
             else:
                 self.held -= size
-                rt.host_free(ptr)
+                with contextlib.suppress(CudaError):
+                    rt.host_free(ptr)
 
     def set_limit(self, nbytes: int) -> None:
         try:
@@ -144,10 +148,10 @@ class _Pool:
             with self.lock:
                 self._drain()
                 for size, blocks in self.free.items():
-                    for ptr in blocks:
+                    while blocks:                  # popped first: a failed free leaves none behind
+                        ptr = blocks.pop()
+                        self.held -= size
                         rt.host_free(ptr)
-                    self.held -= size * len(blocks)
-                    blocks.clear()
         finally:
             self._drain_if_free()
 
@@ -209,8 +213,13 @@ def pinned_or_empty(shape, dtype) -> np.ndarray:
 
 
 def is_pinned(a: np.ndarray) -> bool:
-    """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked)."""
-    return a.size > 0 and rt.host_pinned(a.ctypes.data)
+    """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked): its
+    first byte and, for a contiguous array, its last, since another library may have locked only
+    part of it."""
+    if a.size == 0 or not rt.host_pinned(a.ctypes.data):
+        return False
+    contiguous = a.flags.c_contiguous or a.flags.f_contiguous
+    return not contiguous or rt.host_pinned(a.ctypes.data + a.nbytes - 1)
 
 
 def set_limit(nbytes: int) -> None:

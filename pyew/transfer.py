@@ -42,9 +42,11 @@ import numpy as np
 
 from . import pinned
 from . import runtime as rt
+from .errors import CudaError
 
 _MiB = 1 << 20
 _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte aligned
+_ALREADY_REGISTERED = 712       # cudaErrorHostMemoryAlreadyRegistered
 
 
 @dataclass(frozen=True)
@@ -574,9 +576,8 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         if _limits.mode == "register" and flat and all(a.array.flags.c_contiguous for a in inputs) \
                 and all(o.flags.c_contiguous for o in outputs):
             plan = _lock_plan([op.array for op in inputs] + list(outputs))
-        if plan is not None:
-            _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
-                               scratch_per_elem)
+        if plan is not None and _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale,
+                                                   align, per_elem, scratch_per_elem):
             return
         slot = _ring_slot_bytes()
         per_host = int((slot - _ALIGN * (len(inputs) + len(outputs) + 1)) / max(per_elem, 1e-9))
@@ -795,13 +796,20 @@ def _lock_plan(arrays) -> list[tuple[int, int]] | None:
 
 
 def _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
-                       scratch_per_elem) -> None:
+                       scratch_per_elem) -> bool:
     """The register mode: page-lock the host arrays in place (`plan`, from _lock_plan), then DMA
-    blocks straight between them and device scratch (no staging copies); unlock at the end."""
+    blocks straight between them and device scratch (no staging copies); unlock at the end. False,
+    with nothing done, when CUDA finds part of a range locked already (inside an array, where
+    _lock_plan does not look): the caller stages the call instead."""
     done = []
     try:
         for ptr, nbytes in plan:
-            rt.host_register(ptr, nbytes)
+            try:
+                rt.host_register(ptr, nbytes)
+            except CudaError as e:
+                if e.code == _ALREADY_REGISTERED:
+                    return False
+                raise
             done.append(ptr)
         per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
         per = max(align, per_dev // align * align)
@@ -831,6 +839,7 @@ def _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_s
                 lane.event.synchronize()
 
             _run_workers(blocks, work, stream, join=False)
+        return True
     finally:
         for ptr in done:
             try:

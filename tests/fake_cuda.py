@@ -21,6 +21,7 @@ class FakeCuda:
         self.registered: set[int] = set()
         self.registered_ranges: dict[int, int] = {}
         self.register_calls: list[tuple[int, int]] = []
+        self.copy_log: list[tuple[int, int, int]] = []     # (dst, src, bytes) of every copy
         self.copies = 0
         self.fail_after_copies: int | None = None
         self.owner: dict[int, int] = {}         # device pointer -> the GPU it was allocated on
@@ -80,6 +81,7 @@ class FakeCuda:
     def copy(self, dst, src, nbytes, stream=None):
         with self.lock:
             self.copies += 1
+            self.copy_log.append((dst, src, nbytes))
             if self.fail_after_copies is not None and self.copies > self.fail_after_copies:
                 raise rt.CudaError(999, "cudaErrorFake", "cudaMemcpyAsync (fake)")
         ctypes.memmove(dst, src, nbytes)

@@ -125,6 +125,29 @@ def test_a_block_freed_by_the_collector_under_the_pool_lock(fake, monkeypatch):
     assert pinned.held() == 0 and fake.pinned_bytes() == base
 
 
+def test_a_block_returned_while_another_thread_holds_the_lock(fake, monkeypatch):
+    """A block whose last array goes while another thread holds the pool's lock waits in the queue
+    and is filed as soon as that thread lets go, not at some later pool call."""
+    transfer.set_transfer_limits(pinned_pool_bytes=4 * MiB)
+    a = pyew.empty_pinned(MiB // 2)                   # a 2 MiB block, then free in the pool
+    del a
+    box = [pyew.empty_pinned(MiB // 4)]               # a 1 MiB block another thread lets go
+    free, waiting = fake.host_free, []
+
+    def free_while_another_thread_returns(ptr):
+        t = threading.Thread(target=box.clear)
+        t.start()
+        t.join(10)
+        waiting.append(len(pinned._pool.returned))
+        free(ptr)
+
+    monkeypatch.setattr(pinned.rt, "host_free", free_while_another_thread_returns)
+    c = pyew.empty_pinned(MiB)                        # 4 MiB more: evicts the free block under the lock
+    assert waiting == [1], "the returned block should have waited for the lock"
+    assert not pinned._pool.returned and len(pinned._pool.free.get(MiB, [])) == 1
+    assert pinned.held() == MiB and pinned.is_pinned(c)
+
+
 @pytest.mark.parametrize("gpus,limit", [(None, 8 << 30), (1, 8 << 30), (8, 1 << 30), (512, 256 << 20)])
 def test_the_default_limit_is_shared_by_the_hosts_gpus(monkeypatch, tmp_path, gpus, limit):
     """An eighth of 64 GiB, divided by the GPUs the driver lists (dask-cuda runs a process and a

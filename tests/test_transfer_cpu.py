@@ -256,18 +256,28 @@ def test_register_mode_with_overlapping_arrays(fake, first):
     assert not fake.registered
 
 
-def test_register_mode_stages_partly_locked_arrays(fake):
-    """An array part of which another library has page-locked cannot be registered: the call is
-    staged instead, and that library's registration is left alone."""
+def _read_from(log, a) -> bool:
+    """Whether a copy in `log` read any of a's bytes."""
+    lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
+    return any(src < hi and lo < src + n for _, src, n in log)
+
+
+@pytest.mark.parametrize("locked", ["head", "middle"])
+def test_register_mode_stages_partly_locked_arrays(fake, locked):
+    """An array part of which another library has page-locked (its first half, or one page inside
+    it) cannot be registered: the call is staged instead, copying the array through the slots and
+    not straight from it, and that library's registration is left alone."""
     transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
     x = np.arange(100_000, dtype=np.float32)
-    fake.host_register(x.ctypes.data, x.nbytes // 2)
+    start = x.ctypes.data if locked == "head" else -(-(x.ctypes.data + x.nbytes // 2) // 4096) * 4096
+    fake.host_register(start, x.nbytes // 2 if locked == "head" else 4096)
     fake.register_calls.clear()
     out = np.empty_like(x)
     transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
     assert np.array_equal(out, 2 * x)
-    assert not fake.register_calls and fake.registered == {x.ctypes.data}
-    fake.host_unregister(x.ctypes.data)
+    assert fake.registered == {start}, "a registration of the call was left behind"
+    assert not _read_from(fake.copy_log, x), "the partly locked array was read in place"
+    fake.host_unregister(start)
 
 
 @pytest.mark.parametrize("kw,err", [({"pinned_bytes": 10}, ValueError), ({"threads": 0}, ValueError),
