@@ -212,11 +212,16 @@ def pinned_or_empty(shape, dtype) -> np.ndarray:
     return got if got is not None else np.empty(shape, dtype)
 
 
+def locked_ends(a: np.ndarray) -> tuple[bool, bool]:
+    """Whether the first and the last byte of contiguous, non-empty `a` are page-locked."""
+    return rt.host_pinned(a.ctypes.data), rt.host_pinned(a.ctypes.data + a.nbytes - 1)
+
+
 def is_pinned(a: np.ndarray) -> bool:
     """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked): its
     first byte and, for a contiguous array, its last, since another library may have locked only
     part of it."""
-    if a.size == 0 or not rt.host_pinned(a.ctypes.data):
+    if a.size == 0 or not rt.host_pinned(a.ctypes.data):    # pageable arrays: one query
         return False
     contiguous = a.flags.c_contiguous or a.flags.f_contiguous
     return not contiguous or rt.host_pinned(a.ctypes.data + a.nbytes - 1)

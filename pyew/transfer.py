@@ -785,8 +785,7 @@ def _lock_plan(arrays) -> list[tuple[int, int]] | None:
             merged.append([lo, hi, [a]])
     plan = []
     for lo, hi, group in merged:
-        ends = [p for a in group for p in (a.ctypes.data, a.ctypes.data + a.nbytes - 1)]
-        locked = [rt.host_pinned(p) for p in ends]
+        locked = [end for a in group for end in pinned.locked_ends(a)]
         if all(locked):
             continue
         if any(locked) or rt.host_pinned(lo) or rt.host_pinned(hi - 1):

@@ -24,6 +24,11 @@ def random_array(rng, n, dtype: str, lo=-6.0, hi=6.0) -> np.ndarray:
     return rng.uniform(lo, hi, size=n).astype(np.float64).astype(info.np)
 
 
+def covered(ranges, a) -> bool:
+    """Whether one of the (address, bytes) `ranges` holds all of array a's bytes."""
+    return any(p <= a.ctypes.data and a.ctypes.data + a.nbytes <= p + n for p, n in ranges)
+
+
 def poison(a):
     """Fill a DeviceArray with NaN (floats) or a sentinel (ints) so unwritten elements show."""
     import pyew

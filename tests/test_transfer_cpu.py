@@ -14,7 +14,7 @@ from pyew import pinned, transfer
 from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
-from .helpers import run_in_threads
+from .helpers import covered, run_in_threads
 
 
 class _S:
@@ -215,10 +215,6 @@ def test_register_mode(fake):
     assert not fake.registered, "every registration is undone"
 
 
-def _covered(calls, a) -> bool:
-    return any(p <= a.ctypes.data and a.ctypes.data + a.nbytes <= p + n for p, n in calls)
-
-
 def test_register_mode_leaves_locked_memory_alone(fake):
     """Page-locked operands are used as they are (CUDA refuses to register them again); a second
     view of an array's memory is registered once with it."""
@@ -231,8 +227,8 @@ def test_register_mode_leaves_locked_memory_alone(fake):
     transfer.stream_call([transfer.HostOperand(x, x.shape), transfer.HostOperand(y, y.shape)], [out],
                          x.shape, _add_kernel, S)
     assert np.array_equal(out, 2 * np.arange(100_000, dtype=np.float32))
-    assert len(fake.register_calls) == 1 and _covered(fake.register_calls, y)
-    assert not _covered(fake.register_calls, x)
+    assert len(fake.register_calls) == 1 and covered(fake.register_calls, y)
+    assert not covered(fake.register_calls, x)
     assert not fake.registered and pinned.is_pinned(x)
 
 
@@ -250,7 +246,7 @@ def test_register_mode_with_overlapping_arrays(fake, first):
                          a.shape, _add_kernel, S)
     assert np.array_equal(out, want)
     for arr in (head, tail, out):
-        assert _covered(fake.register_calls, arr)
+        assert covered(fake.register_calls, arr)
     spans = sorted(fake.register_calls)
     assert all(p + n <= q for (p, n), (q, _) in zip(spans, spans[1:])), "a page registered twice"
     assert not fake.registered
