@@ -11,6 +11,7 @@
 //  * n = 0 launches nothing; every entry point returns the launch's cudaError_t.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include "ew_types.cuh"
 
@@ -56,8 +57,52 @@ constexpr int kWaves = 32;
 struct Launch {
   cudaStream_t stream;
   int sms;             // multiprocessor count, queried once per device by the caller
-  int threads_per_sm;  // max resident threads per multiprocessor, likewise
+  int threads_per_sm;  // resident threads per multiprocessor a launch may use, likewise: the
+                       // hardware's maximum, or fewer where the caller measured that faster
 };
+
+// The current device's per-multiprocessor limits, queried once per device (the values never
+// change, so a race only stores the same numbers twice).
+struct SmLimits {
+  int threads;          // max resident threads
+  int smem;             // shared memory per multiprocessor, bytes
+  int smem_reserved;    // shared memory the system reserves per block
+};
+constexpr int kMaxDevices = 64;
+inline bool sm_limits(SmLimits& out) {
+  static std::atomic<int> cached[kMaxDevices][4];   // threads, smem, reserved, ready
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  std::atomic<int>* c = cached[dev];
+  if (c[3].load(std::memory_order_acquire) == 0) {
+    int v[3];
+    if (cudaDeviceGetAttribute(&v[0], cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v[1], cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v[2], cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+      return false;
+    for (int k = 0; k < 3; ++k) c[k].store(v[k], std::memory_order_relaxed);
+    c[3].store(1, std::memory_order_release);
+  }
+  out = {c[0].load(std::memory_order_relaxed), c[1].load(std::memory_order_relaxed),
+         c[2].load(std::memory_order_relaxed)};
+  return true;
+}
+
+// Dynamic shared memory (unused by the kernel) that lets at most l.threads_per_sm / block blocks
+// reside on a multiprocessor, where the caller asks for fewer threads than the hardware holds;
+// 0 otherwise. A streaming kernel at full occupancy can keep more reads in flight than the DRAM
+// serves best: on some GPUs the contiguous map kernels run faster with fewer (benchmarks/RESULTS.md,
+// "Resident threads per SM"); the broadcast kernels, whose index math has more latency to hide,
+// ran slower there and keep full occupancy. Capped at the 48 KiB a launch gets without opting in,
+// so very low budgets cap less.
+inline int resident_cap_smem(const Launch& l, int block) {
+  SmLimits s;
+  if (l.threads_per_sm <= 0 || !sm_limits(s) || l.threads_per_sm >= s.threads) return 0;
+  const int blocks = std::max(1, l.threads_per_sm / block);
+  if (blocks >= s.threads / block) return 0;
+  const int smem = s.smem / blocks / 1024 * 1024 - s.smem_reserved;   // blocks of it fit, blocks + 1 do not
+  return std::clamp(smem, 0, 48 * 1024 - s.smem_reserved);
+}
 
 // Blocks of `block` threads for `work` units of which each thread takes `per_thread` per trip,
 // capped at `waves` waves of resident blocks (0: no cap).
@@ -418,10 +463,11 @@ inline bool map_fits_i32(int64_t n, int grid) {
 template <class Tn, int N, typename F, typename Out, typename... In>
 cudaError_t launch_pack_peeled(const Launch& l, const F& f, int64_t n, int head, Out* out, const In*... in) {
   const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  const int smem = resident_cap_smem(l, Tn::kBlock);
   if (map_fits_i32<Tn, N>(n, grid))
-    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, static_cast<int32_t>(n), head, out, in...);
+    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, static_cast<int32_t>(n), head, out, in...);
   else
-    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, head, out, in...);
+    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, n, head, out, in...);
   return cudaGetLastError();
 }
 
@@ -435,11 +481,12 @@ template <class Tn, int N, bool kShfl, typename F, typename Out, typename... In>
 cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
                            Out* out, const In*... in) {
   const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  const int smem = resident_cap_smem(l, Tn::kBlock);
   if (map_fits_i32<Tn, N>(n, grid))
-    map_shifted_kernel<Tn, N, kShfl, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(
+    map_shifted_kernel<Tn, N, kShfl, int32_t><<<grid, Tn::kBlock, smem, l.stream>>>(
         f, static_cast<int32_t>(n), head, sh, out, in...);
   else
-    map_shifted_kernel<Tn, N, kShfl, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, head, sh, out, in...);
+    map_shifted_kernel<Tn, N, kShfl, int64_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
   return cudaGetLastError();
 }
 

@@ -45,16 +45,21 @@ __device__ __forceinline__ float rcp_fast(float x) {
   return y;
 }
 
-// min(a, b) that returns a NaN a, not b (one min.NaN from sm_80 on, where fminf would drop it).
-__device__ __forceinline__ float fmin_nan(float a, float b) {
+// min or max of a and b that returns a NaN a, not b (one min.NaN or max.NaN from sm_80 on, where
+// fminf and fmaxf would drop it).
+template <bool kMax>
+__device__ __forceinline__ float minmax_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (kMax) asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  else asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 #else
-  return isnan(a) ? a : fminf(a, b);
+  return isnan(a) ? a : (kMax ? fmaxf(a, b) : fminf(a, b));
 #endif
 }
+__device__ __forceinline__ float fmin_nan(float a, float b) { return minmax_nan<false>(a, b); }
+__device__ __forceinline__ float fmax_nan(float a, float b) { return minmax_nan<true>(a, b); }
 
 // a / b; for narrow R the fast division (within 2 float ulp for |b| < 2^126).
 template <typename R = void, typename C>
@@ -169,12 +174,13 @@ __host__ __device__ __forceinline__ float mul_rn(float a, float b) {
 // float's half ulp is 8e-6: so a^2 = hi + lo exactly, and -hi/2 log2(e) is split into an integer n
 // (rounded in the low bits of k) and a remainder formed with the product's rounding error kept
 // (fma), which with P(t) - lo/2 goes through one ex2.approx of an argument below 2.5 in
-// magnitude. 2^(n-1) is applied as two normal powers of two, so that a subnormal result is
-// rounded once. t comes from rcp.approx alone (1 ulp; a Newton step would take the bound below
-// from 7.7e-7 to 6.2e-7 for two more operations per element, which the H200 under its power cap
-// measurably pays). The float32 emulation of every step, with rcp and ex2 pushed 1 and 2 ulp
-// either way, stays below 7.7e-7 of the float64 result (scripts/normal_tail_error.py; the tests
-// allow 1e-6).
+// magnitude. 2^(n-1), n - 1 in [-235, -1], is applied as 2^(n-1+118), a normal power of two
+// built from k's bits in one integer operation, then the constant 2^-118, so that a subnormal
+// result is rounded once. t comes from rcp.approx alone (1 ulp; a Newton step would take the
+// bound below from 7.7e-7 to 6.2e-7 for two more operations per element, which the H200 under its
+// power cap measurably pays). The float32 emulation of every step, with rcp and ex2 pushed 1 and 2
+// ulp either way, stays below 7.7e-7 of the float64 result (scripts/normal_tail_error.py; the
+// tests allow 1e-6).
 constexpr double kLog2e = 1.4426950408889634;
 constexpr float kHalfLog2eHi = static_cast<float>(0.5 * kLog2e);
 constexpr float kHalfLog2eLo = static_cast<float>(0.5 * kLog2e - static_cast<double>(kHalfLog2eHi));
@@ -201,11 +207,10 @@ __device__ __forceinline__ float lower_normal_tail_accurate(float a) {
   f = fmaf(fmaf(-0.5f, lo, p), static_cast<float>(kLog2e), f);
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f));
-  const int m = __float_as_int(k) - __float_as_int(kRound) - 1;   // n - 1, in [-235, -1]
-  const int m1 = m >> 1;                   // 2^m1 and 2^(m - m1): biased exponents in [9, 127]
-  // (unsigned: a NaN a leaves m far out of range, and its product is NaN whatever the factors)
-  const auto pow2 = [](int j) { return __uint_as_float((static_cast<unsigned>(j) + 127u) << 23); };
-  return mul_rn(mul_rn(t, e), pow2(m1)) * pow2(m - m1);
+  // 2^(n - 1 + 118): k's low bits hold n (kRound's are n = 0), and a shift puts n + 244 in the
+  // exponent field. (A NaN a gives a NaN e, and the product is NaN whatever the power.)
+  const float p2 = __uint_as_float((__float_as_uint(k) - (__float_as_uint(kRound) - 244u)) << 23);
+  return mul_rn(mul_rn(t, e), p2) * 0x1p-118f;
 }
 
 // Phi(-a) = erfc(a/sqrt2)/2 for a >= 0 (or +inf), for 16-bit results: the same form in base 2,
@@ -232,16 +237,34 @@ template <typename R = void>
 __device__ __forceinline__ double normal_cdf(double x) {
   return 0.5 * erfc(-x * 0.70710678118654752440);
 }
+
+// Phi(-a) for 0 <= a <= 18 (or NaN) in float: the fast form for 16-bit results.
+template <typename R>
+__device__ __forceinline__ float lower_normal_tail(float a) {
+  if constexpr (narrow_v<R>) return lower_normal_tail_fast<R>(a);
+  else return lower_normal_tail_accurate(a);
+}
+
 template <typename R = void>
 __device__ __forceinline__ float normal_cdf(float x) {
-  float h;                                     // Phi(-|x|)
-  if constexpr (narrow_v<R>) {
-    h = lower_normal_tail_fast<R>(fabsf(x));   // +-inf: t = 0, 2^-inf = 0; NaN stays NaN
-  } else {
-    // Past |x| = 18, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
-    h = lower_normal_tail_accurate(fmin_nan(fabsf(x), 18.f));
-  }
+  // Past |x| = 18, Phi is 0 or 1 in float; clamping keeps x = +-inf finite (NaN stays NaN).
+  const float h = lower_normal_tail<R>(fmin_nan(fabsf(x), 18.f));   // Phi(-|x|)
   return x < 0.f ? h : 1.f - h;
+}
+
+// GELU with the exact normal CDF, x Phi(x). Below -40 Phi(x) is 0 in every type, and the factor x
+// is clamped there, so that x = -inf gives -40 * 0 = -0, not NaN.
+template <typename R = void>
+__device__ __forceinline__ double gelu(double x) {
+  return fmax(x, -40.0) * normal_cdf(x);
+}
+// For float: with a = |x| and h = Phi(-a), x Phi(x) is x h for x < 0 and x (1 - h) = x - a h for
+// x > 0, so both are fma(-a, h, max(x, -0)): one rounding, no select. a is clamped at 18 (Phi(-18)
+// is 0 in float), which keeps +-inf * 0 out of the fma; NaN stays NaN through h. -0 gives -0.
+template <typename R = void>
+__device__ __forceinline__ float gelu(float x) {
+  const float a = fmin_nan(fabsf(x), 18.f);
+  return fmaf(-a, lower_normal_tail<R>(a), fmaxf(x, -0.f));
 }
 
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
@@ -252,11 +275,13 @@ __device__ __forceinline__ float normal_cdf(float x) {
 // formed with the argument's rounding errors kept: g = a + b x^2 as an unevaluated sum gh + gl of
 // two floats (x^2 and b x^2 split exactly with fmaf, a + b x^2 by Fast2Sum: both terms are
 // positive), then w is split into an integer n and a remainder n - |x| gh - |x| gl, formed with
-// fmaf so that the product's rounding error is kept, which goes through one ex2.approx; 2^-n is
-// applied as two normal powers of two, so that a subnormal exp is rounded once. Past |x| = 12 the
-// exponent is below -200 and the tail is 0 in float. The float32 emulation of every step, with
-// ex2.approx and rcp.approx pushed 2 and 1 ulp either way, stays below 5.1e-7 of the float64 result
-// (scripts/gelu_tanh_error.py; the tests allow 1e-6).
+// fmaf so that the product's rounding error is kept, which goes through one ex2.approx. 2^-n, n in
+// [0, 206], is applied as 2^(100-n), a normal power of two built from k's bits in one integer
+// operation, and the constant 2^-100 (folded into the sigmoid's reciprocal, which is exact), so
+// that a subnormal result is rounded once. Past |x| = 12 the exponent is below -200 and the tail
+// is 0 in float. The float32 emulation of every step, with ex2.approx and rcp.approx pushed 2 and
+// 1 ulp either way, stays below 5.1e-7 of the float64 result (scripts/gelu_tanh_error.py; the
+// tests allow 1e-6).
 
 // a = 2 sqrt(2/pi) log2(e) and b = 0.044715 a, each split into a float and the float rest.
 constexpr double kGeluA = 1.5957691216057308 * kLog2e;
@@ -266,9 +291,8 @@ constexpr float kGeluAl = static_cast<float>(kGeluA - static_cast<double>(kGeluA
 constexpr float kGeluBh = static_cast<float>(kGeluB);
 constexpr float kGeluBl = static_cast<float>(kGeluB - static_cast<double>(kGeluBh));
 
-// exp(-|2u|) for float x, in [0, 1]; NaN stays NaN.
-__device__ __forceinline__ float gelu_tanh_exp(float x) {
-  const float ax = fmin_nan(fabsf(x), 12.f);
+// exp(-|2u|) * 2^100 for float ax = |x| <= 12, in [0, 2^100]; NaN stays NaN.
+__device__ __forceinline__ float gelu_tanh_exp_scaled(float ax) {
   const float p = mul_rn(ax, ax);
   const float pe = fmaf(ax, ax, -p);                               // x^2 = p + pe exactly
   const float th = mul_rn(kGeluBh, p);
@@ -283,10 +307,9 @@ __device__ __forceinline__ float gelu_tanh_exp(float x) {
   f = fmaf(-ax, gl, f);
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f));
-  const int m = __float_as_int(k) - __float_as_int(kRound);        // n, in [0, 206]
-  const int m1 = m >> 1;                   // 2^-m1 and 2^-(m - m1): biased exponents in [24, 127]
-  const auto pow2 = [](int j) { return __uint_as_float(static_cast<unsigned>(127 - j) << 23); };
-  return mul_rn(mul_rn(e, pow2(m1)), pow2(m - m1));
+  // 2^(100 - n): k's low bits hold n, and 227 - n is the biased exponent, in [21, 227].
+  const float p2 = __uint_as_float(((__float_as_uint(kRound) + 227u) - __float_as_uint(k)) << 23);
+  return mul_rn(e, p2);
 }
 
 // Below x = -800 the result is -0 in every type; the factor x is clamped there so that x = -inf
@@ -295,14 +318,36 @@ template <typename R = void>
 __device__ __forceinline__ double gelu_tanh(double x) {
   return fmax(x, -800.0) * sigmoid(1.5957691216057308 * fma(0.044715 * x, x * x, x));
 }
+// For float results, with s = sigmoid(-|2u|) = e / (1 + e): x s for x < 0 and x (1 - s) = x - |x| s
+// for x > 0, both fma(-|x|, s, max(x, -0)), as in gelu. |x| is clamped at 12, where s is 0 in
+// float, which keeps +-inf * 0 out of the fma.
 template <typename R = void>
 __device__ __forceinline__ float gelu_tanh(float x) {
   if constexpr (narrow_v<R>) {
     return fmaxf(x, -800.f) * sigmoid<R>(1.5957691216057308f * fmaf(0.044715f * x, x * x, x));
   } else {
-    const float e = gelu_tanh_exp(x);          // in [0, 1]
-    const float r = rcp_fast(1.f + e);         // sigmoid(|2u|)
-    return fmaxf(x, -800.f) * (x >= 0.f ? r : e * r);
+    const float ax = fmin_nan(fabsf(x), 12.f);
+    const float es = gelu_tanh_exp_scaled(ax);                 // e 2^100, e = exp(-|2u|) in [0, 1]
+    const float r = rcp_fast(fmaf(es, 0x1p-100f, 1.f)) * 0x1p-100f;   // 2^-100 / (1 + e)
+    return fmaf(-ax, mul_rn(es, r), fmaxf(x, -0.f));
+  }
+}
+
+// Hard swish, x relu6(x + 3) / 6, without a division. For 16-bit results: x sat(x/6 + 1/2), the
+// sum from one fma and clamped to [0, 1] by the saturating form (which also sends NaN to 0), the
+// factor x clamped at -3 with NaN kept, so that -inf gives -3 * 0: three operations. Its error is
+// cancellation near x = -3: the fma's absolute error below 2^-24 over x/6 + 1/2 >= 2^-9/6
+// (float16's spacing there; bfloat16's is wider) is under 1e-4 relative, a fifth of float16's half
+// ulp. For float results, where that cancellation would be far from 1e-6, x (x + 3) times the
+// rounded 1/6: four roundings, below 2.5e-7 relative (x + 3 is exact near -3).
+template <typename R = void, typename C>
+__device__ __forceinline__ C hardswish(C x) {
+  if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
+    return fmax_nan(x, -3.f) * __saturatef(fmaf(x, 1.f / 6.f, 0.5f));
+  } else if constexpr (std::is_same_v<C, float>) {
+    return x <= -3.f ? 0.f : (x >= 3.f ? x : x * (x + 3.f) * (1.f / 6.f));
+  } else {
+    return x <= C(-3) ? C(0) : (x >= C(3) ? x : x * (x + C(3)) / C(6));
   }
 }
 

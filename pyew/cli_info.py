@@ -36,7 +36,9 @@ def info(argv) -> int:
         return 0
     for d in devices:
         cc = "sm_%d%d" % d["capability"]
-        print(f"device      {d['ordinal']}: {d['name']} ({cc}, {d['sms']} SMs, "
+        resident = ("" if d["launch_threads_per_sm"] == d["threads_per_sm"]
+                    else f", launches keep {d['launch_threads_per_sm']} of {d['threads_per_sm']} threads per SM")
+        print(f"device      {d['ordinal']}: {d['name']} ({cc}, {d['sms']} SMs{resident}, "
               f"{d['total_memory'] / 2**30:.1f} GiB, {d['free_memory'] / 2**30:.1f} GiB free, "
               f"PCI {d['pci_bus_id']})")
     lim = pyew.transfer_limits()

@@ -13,6 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from . import occupancy
 from .errors import CudaError, NoDeviceError
 
 try:
@@ -55,6 +56,16 @@ class DeviceProps:
     l2_bytes: int
     pool: object
     pci_bus_id: str = ""          # domain:bus:device.function, as nvidia-smi prints it
+    launch_threads_per_sm: int = 0    # resident threads per SM the map launches use (0: threads_per_sm)
+
+    def __post_init__(self):
+        if self.launch_threads_per_sm <= 0:
+            object.__setattr__(self, "launch_threads_per_sm", self.threads_per_sm)
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        """The launch arguments every entry point takes after the stream: (sms, threads_per_sm)."""
+        return self.sms, self.launch_threads_per_sm
 
 
 _lock = threading.Lock()
@@ -140,15 +151,17 @@ def _open_device(ordinal: int) -> DeviceProps:
     sms = check(_rt.cudaDeviceGetAttribute(attr.cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute")
     tpsm = check(_rt.cudaDeviceGetAttribute(attr.cudaDevAttrMaxThreadsPerMultiProcessor, ordinal),
                  "cudaDeviceGetAttribute")
+    bus = check(_rt.cudaDeviceGetAttribute(attr.cudaDevAttrGlobalMemoryBusWidth, ordinal), "cudaDeviceGetAttribute")
     pool = check(_rt.cudaDeviceGetDefaultMemPool(ordinal), "cudaDeviceGetDefaultMemPool")
     # Keep freed blocks in the pool instead of returning them to the driver at each sync.
     from cuda.bindings import driver as _drv
     check(_rt.cudaMemPoolSetAttribute(pool, _rt.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
                                       _drv.cuuint64_t(0xFFFFFFFFFFFFFFFF)), "cudaMemPoolSetAttribute")
     name = props_.name.split(b"\0", 1)[0].decode() if isinstance(props_.name, bytes) else str(props_.name)
-    bus = f"{props_.pciDomainID:08X}:{props_.pciBusID:02X}:{props_.pciDeviceID:02X}.0"
-    return DeviceProps(ordinal, name, (props_.major, props_.minor), sms, tpsm, props_.totalGlobalMem,
-                       props_.l2CacheSize, pool, bus)
+    pci = f"{props_.pciDomainID:08X}:{props_.pciBusID:02X}:{props_.pciDeviceID:02X}.0"
+    cap = (props_.major, props_.minor)
+    return DeviceProps(ordinal, name, cap, sms, tpsm, props_.totalGlobalMem, props_.l2CacheSize, pool, pci,
+                       occupancy.resident_threads(cap, sms, bus, tpsm))
 
 
 # ---- the current device ----------------------------------------------------------------------
@@ -317,13 +330,15 @@ class Device:
 
 
 def device_info(ordinal: int | None = None) -> dict:
-    """Name, compute capability, SM count, threads per SM, L2, memory and PCI bus id of a GPU (the
-    current one by default)."""
+    """Name, compute capability, SM count, threads per SM (the hardware's maximum, and how many
+    pyew's elementwise launches keep resident), L2, memory and PCI bus id of a GPU (the current one
+    by default)."""
     d = props(current_ordinal() if ordinal is None else ordinal)
     with on(d.ordinal):
         free, total = check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
     return {"ordinal": d.ordinal, "name": d.name, "capability": d.capability, "sms": d.sms,
-            "threads_per_sm": d.threads_per_sm, "l2_bytes": d.l2_bytes,
+            "threads_per_sm": d.threads_per_sm, "launch_threads_per_sm": d.launch_threads_per_sm,
+            "l2_bytes": d.l2_bytes,
             "total_memory": total, "free_memory": free, "pci_bus_id": d.pci_bus_id}
 
 
@@ -394,7 +409,7 @@ class Stream(_Usable):
             self.cu = check(_rt.cudaStreamCreateWithFlags(_rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
         self.handle = int(self.cu)
         self.ordinal = ordinal
-        self.dims = (p.sms, p.threads_per_sm)
+        self.dims = p.dims
 
     def synchronize(self) -> None:
         _stream_sync(self.cu)
@@ -422,7 +437,7 @@ class RawStream:
         self.handle = int(cu)
         self.ordinal = ordinal
         p = props(ordinal)
-        self.dims = (p.sms, p.threads_per_sm)
+        self.dims = p.dims
 
 
 class ExternalStream(_Usable, RawStream):
@@ -478,7 +493,7 @@ class _DefaultStream:
         if name != "dims":
             raise AttributeError(name)
         p = props(self.ordinal)
-        self.dims = (p.sms, p.threads_per_sm)
+        self.dims = p.dims
         return self.dims
 
     @property

@@ -35,14 +35,12 @@ def gelu_tanh(x, ex2_ulps=0, rcp_ulps=0):
     n = rnd(k.astype(np.float64) - ROUND)
     f = fma(-ax, gl, fma(-ax, gh, n))
     e = ulps(rnd(np.exp2(f.astype(np.float64))), ex2_ulps)          # ex2.approx
-    m = n.astype(np.int64)
-    m1 = m >> 1
-    s1, s2 = rnd(2.0 ** -m1.astype(np.float64)), rnd(2.0 ** -(m - m1).astype(np.float64))
-    assert np.all(s1 >= np.finfo(F).tiny) and np.all(s2 >= np.finfo(F).tiny), "a power of two left the normals"
-    e = rnd(rnd(e * s1) * s2)
-    r = ulps(rnd(1.0 / rnd(1.0 + e.astype(np.float64)).astype(np.float64)), rcp_ulps)   # rcp.approx
-    s = np.where(x >= 0, r, rnd(e.astype(np.float64) * r))
-    return np.where(x < -800, F(-0.0), rnd(x.astype(np.float64) * s))
+    p2 = rnd(2.0 ** (100 - n.astype(np.float64)))                  # 2^(100-n), a normal float
+    assert np.all(p2 >= np.finfo(F).tiny), "the power of two left the normals"
+    es = rnd(e * p2)
+    r = ulps(rnd(1.0 / fma(es, 2.0 ** -100, F(1)).astype(np.float64)), rcp_ulps)   # rcp.approx
+    r = rnd(r * 2.0 ** -100)
+    return fma(-ax, rnd(es.astype(np.float64) * r), np.maximum(x, F(-0.0)))
 
 
 def reference(x):

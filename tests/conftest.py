@@ -59,11 +59,29 @@ def small_grid(monkeypatch):
     grid-stride loop runs many trips on test-sized inputs."""
     import pyew
     rt = pyew.runtime
-    tiny = dataclasses.replace(rt.device(), sms=1, threads_per_sm=256)
+    tiny = dataclasses.replace(rt.device(), sms=1, threads_per_sm=256, launch_threads_per_sm=256)
     pyew.transfer.release()             # lanes made before keep the real dims
     monkeypatch.setitem(rt._props, tiny.ordinal, tiny)
     monkeypatch.delattr(rt.default_stream(tiny.ordinal), "dims", raising=False)   # read again from _props
     yield tiny
+    pyew.transfer.release()
+
+
+@pytest.fixture
+def resident_threads(monkeypatch):
+    """A setter for the resident threads per SM the device's launches use (below the hardware's
+    maximum, the map kernels reserve unused shared memory so that fewer blocks fit on an SM)."""
+    import pyew
+    rt = pyew.runtime
+
+    def use(threads: int):
+        pyew.transfer.release()
+        capped = dataclasses.replace(rt.device(), launch_threads_per_sm=threads)
+        monkeypatch.setitem(rt._props, capped.ordinal, capped)
+        monkeypatch.delattr(rt.default_stream(capped.ordinal), "dims", raising=False)
+        return capped
+
+    yield use
     pyew.transfer.release()
 
 

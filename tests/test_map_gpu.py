@@ -244,6 +244,33 @@ def test_broadcasting_matches_numpy(op, k, rng):
         fn(np.ones((2, 3, 4), k.dtype.np), np.ones(4, k.dtype.np), out=np.ones((3, 4), k.out_dtype.np))
 
 
+@pytest.mark.parametrize("threads", [1536, 640, 128])
+def test_launches_under_a_resident_thread_budget(threads, rng, resident_threads):
+    """Fewer resident threads per SM (unused shared memory per block) change no result: aligned,
+    misaligned and broadcast operands, tails included, against numpy."""
+    dev = resident_threads(threads)
+    assert dev.dims == (dev.sms, threads)
+    for name, dtype in (("sigmoid", "float32"), ("add", "float16"), ("gelu", "bfloat16"), ("mul", "float32")):
+        op = pyew.library.get().manifest.op(name)
+        k = next(k for k in op.kernels if k.dtype.name == dtype)
+        for n in (1, 4097, 2**20 + 3):
+            arrays = [random_array(rng, n + 3, dtype) for _ in op.inputs]
+            dev_in = [pyew.asarray(a) for a in arrays]
+            for start in (0, 1):
+                views = [d[start + j:start + j + n] for j, d in enumerate(dev_in)]
+                out = poison(pyew.empty(n, k.out_dtype.name))
+                getattr(pyew, name)(*views, out=out)
+                _check(op, k, [a[start + j:start + j + n] for j, a in enumerate(arrays)], out.get(),
+                       f"{threads} threads per SM, n={n}, views at +{start}")
+        if len(op.inputs) == 2:
+            x = random_array(rng, 64 * 4099, dtype).reshape(64, 4099)
+            b = random_array(rng, 4099, dtype)
+            out = poison(pyew.empty(x.shape, k.out_dtype.name))
+            getattr(pyew, name)(pyew.asarray(x), pyew.asarray(b), out=out)
+            _check(op, k, [x.reshape(-1), np.broadcast_to(b, x.shape).reshape(-1)], out.get().reshape(-1),
+                   f"{threads} threads per SM, row bias")
+
+
 def test_bias_layouts_are_collapsed(rng):
     """Row bias, channel bias and a scalar: the common broadcasts, against numpy."""
     x = random_array(rng, 256 * 4096, "float16").reshape(256, 4096)

@@ -225,8 +225,7 @@ def suite_overhead(run) -> None:
              ("pyew.add(x, y, out=z)", "pyew", functools.partial(pyew.add, x, y, out=z))]
     add = next(iter(_add_cases(run)), None)
     if add is not None:
-        entry = functools.partial(add.forward.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, dev.sms,
-                                  dev.threads_per_sm)
+        entry = functools.partial(add.forward.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, *dev.dims)
         how = "C extension" if run.lib.ext is not None else "ctypes"
         cases.append((f"{add.symbol} via {how}", "entry", entry))
     for name, peer in run.peers.items():

@@ -198,7 +198,8 @@ def _meta(run: Run, info: dict) -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m pyew bench" + ("" if not run.args.argv else " " + shlex.join(run.args.argv)),
-        "device": {k: info[k] for k in ("name", "capability", "sms", "threads_per_sm", "l2_bytes", "total_memory")},
+        "device": {k: info.get(k) for k in ("name", "capability", "sms", "threads_per_sm", "launch_threads_per_sm",
+                                             "l2_bytes", "total_memory")},
         "library": str(run.lib.path), "git": _git_rev(), "seed": run.seed,
         "python": platform.python_version(), "numpy": np.__version__,
         "peers": {name: getattr(p.mod, "__version__", "?") for name, p in run.peers.items()},

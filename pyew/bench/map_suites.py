@@ -120,7 +120,7 @@ def _calls(run, case, impl, n, ins, out, slots):
         if entry is None:
             run.note(f"no naive entry in {run.lib.path} (built before the naive kernels?): naive skipped")
             return None
-        tail = (n, *case.params.values(), rt.DEFAULT_STREAM.handle, run.dev.sms, run.dev.threads_per_sm)
+        tail = (n, *case.params.values(), rt.DEFAULT_STREAM.handle, *run.dev.dims)
         return [functools.partial(entry.fn, out.view(s, n).ptr, *[p.view(s, n).ptr for p in ins], *tail)
                 for s in range(slots)]
     peer = run.peers.get(impl)

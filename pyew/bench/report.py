@@ -52,7 +52,9 @@ def header(meta: dict, copy_gbps) -> str:
     dev = meta.get("device", {})
     lines = [f"# pyew benchmark: {dev.get('name', '?')}", ""]
     lines.append(f"- date: {meta.get('date', '?')}; command: `{meta.get('command', '?')}`")
-    lines.append(f"- device: {dev.get('name', '?')}, {dev.get('sms', '?')} SMs, "
+    resident = dev.get("launch_threads_per_sm")
+    resident = "" if resident in (None, dev.get("threads_per_sm")) else f" ({resident} resident threads per SM)"
+    lines.append(f"- device: {dev.get('name', '?')}, {dev.get('sms', '?')} SMs{resident}, "
                  f"L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB, "
                  f"compute capability {'.'.join(map(str, dev.get('capability', []))) or '?'}")
     lines.append(f"- library: {meta.get('library', '?')}; peers: {meta.get('peers', {}) or 'none'}; "
