@@ -277,8 +277,8 @@ __device__ __forceinline__ float gelu(float x) {
 // positive), then w is split into an integer n and a remainder n - |x| gh - |x| gl, formed with
 // fmaf so that the product's rounding error is kept, which goes through one ex2.approx. 2^-n, n in
 // [0, 206], is applied as 2^(100-n), a normal power of two built from k's bits in one integer
-// operation, and the constant 2^-100 (folded into the sigmoid's reciprocal, which is exact), so
-// that a subnormal result is rounded once. Past |x| = 12 the exponent is below -200 and the tail
+// operation, and the constant 2^-100 (folded into the sigmoid's reciprocal: an exact scaling),
+// so that a subnormal result is rounded once. Past |x| = 12 the exponent is below -200 and the tail
 // is 0 in float. The float32 emulation of every step, with ex2.approx and rcp.approx pushed 2 and
 // 1 ulp either way, stays below 5.1e-7 of the float64 result (scripts/gelu_tanh_error.py; the
 // tests allow 1e-6).
