@@ -1,8 +1,9 @@
 // The vectorised elementwise template, after OneFlow's elementwise.cuh
 // (oneflow/core/cuda/elementwise.cuh: 16-byte packs, an optional paired Apply2, a grid-stride
 // loop), with its limits fixed:
-//  * whole 16-byte packs wherever the views sit: a misaligned view such as x[1:] runs at the
-//    widest pack, not at the widest width all pointers happen to allow (see launch_map);
+//  * a misaligned view such as x[1:] runs at nearly the aligned speed, not at the widest width
+//    all pointers happen to allow: its output is still stored in whole 16-byte packs (see
+//    launch_map);
 //  * the prologue before the first aligned pack and the tail past the last whole pack are handled
 //    by a few threads, never read past the end;
 //  * 64-bit indices whenever n could overflow 32 bits, a 32-bit fast path otherwise;
@@ -476,17 +477,32 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
   return launch_pack_peeled<Tn, N>(l, f, n, 0, out, in...);
 }
 
+// Launch shapes for inputs whose offsets differ from the output's, in blocks of at most 128
+// threads, as measured fastest for each (benchmarks/RESULTS.md, "Views at the aligned speed"):
+//  * one input of the output's type, half a pack from it (float32 at an even offset, a 16-bit
+//    type at 4 modulo 8): 8-byte packs, two per thread, and no shifting at all (with two inputs
+//    the extra loads cost more than the shifts they save);
+//  * otherwise the straddling-load kernel on 16-byte packs, which in 256-thread blocks ran 1-2%
+//    below the aligned kernel and in 128-thread blocks at its speed.
+template <class Tn, int Unroll>
+using RetiledTuning = Tuning<std::min(Tn::kBlock, 128), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
+template <class Tn>
+using ShiftedTuning = RetiledTuning<Tn, Tn::kUnroll>;
+template <class Tn>
+using HalfPackTuning = RetiledTuning<Tn, 2>;
+
 // As launch_pack_peeled, with out aligned and input k starting sh.s[k] elements past a boundary.
 template <class Tn, int N, bool kShfl, typename F, typename Out, typename... In>
 cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
                            Out* out, const In*... in) {
-  const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
-  const int smem = resident_cap_smem(l, Tn::kBlock);
-  if (map_fits_i32<Tn, N>(n, grid))
-    map_shifted_kernel<Tn, N, kShfl, int32_t><<<grid, Tn::kBlock, smem, l.stream>>>(
+  using Ts = ShiftedTuning<Tn>;
+  const int grid = grid_size(n / N, Ts::kUnroll, l, Ts::kBlock, Ts::kWaves);
+  const int smem = resident_cap_smem(l, Ts::kBlock);
+  if (map_fits_i32<Ts, N>(n, grid))
+    map_shifted_kernel<Ts, N, kShfl, int32_t><<<grid, Ts::kBlock, smem, l.stream>>>(
         f, static_cast<int32_t>(n), head, sh, out, in...);
   else
-    map_shifted_kernel<Tn, N, kShfl, int64_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
+    map_shifted_kernel<Ts, N, kShfl, int64_t><<<grid, Ts::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
   return cudaGetLastError();
 }
 
@@ -508,8 +524,11 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
   bool same = true;
   for (int k = 0; k < K; ++k) same = same && sh.s[k] == 0;
   if (same) return launch_pack_peeled<Tn, N>(l, f, n - head, head, out + head, (in + head)...);
-  // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
+  if constexpr (K == 1 && N >= 4 && ((sizeof(In) == sizeof(Out)) && ...)) {
+    if (sh.s[0] == N / 2) return launch_pack_peeled<HalfPackTuning<Tn>, N / 2>(l, f, n - head, head, out + head, (in + head)...);
+  }
   if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
+    // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
     return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
   } else {
     return with_widest_pack<N>([&](auto w) { return launch_pack<Tn, w.value>(l, f, n, out, in...); }, out, in...);
@@ -519,7 +538,8 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
 // Entry for generated code: whole N-element packs (16 bytes for the widest operand) wherever the
 // views sit. When every operand has the same offset from a pack boundary (in elements, modulo N),
 // a short prologue is peeled and the rest runs aligned; otherwise the output is still stored in
-// aligned packs and each misaligned input is read as aligned 16-byte words, shifted into place.
+// aligned packs, and the input is read in half packs where its offset allows them (one input),
+// else as aligned 16-byte words shifted into place (see RetiledTuning).
 template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   return launch_map_with<Tn, kShiftByShuffle>(l, f, n, out, in...);

@@ -343,8 +343,9 @@ def device_info(ordinal: int | None = None) -> dict:
 
 
 def pool_usage(ordinal: int | None = None) -> dict:
-    """A GPU's pool (the current one's by default): bytes in use now and at most since the last
-    reset_pool_peak(), and reserved (in use plus cached)."""
+    """A GPU's pool (the current one's by default): bytes in use now (buffers kept for reuse
+    included, see malloc) and at most since the last reset_pool_peak(), and reserved (in use plus
+    cached)."""
     pool = props(current_ordinal() if ordinal is None else ordinal).pool
     attr = _rt.cudaMemPoolAttr
     get = lambda a: int(check(_rt.cudaMemPoolGetAttribute(pool, a), "cudaMemPoolGetAttribute"))  # noqa: E731
@@ -360,8 +361,11 @@ def reset_pool_peak(ordinal: int | None = None) -> None:
 
 
 def trim_pool(keep_bytes: int = 0, ordinal: int | None = None) -> None:
-    """Return a GPU pool's cached free memory to the driver, down to keep_bytes."""
-    pool = props(current_ordinal() if ordinal is None else ordinal).pool
+    """Return a GPU pool's cached free memory to the driver, down to keep_bytes, after the
+    buffers kept for reuse (see malloc) go back to the pool."""
+    ordinal = current_ordinal() if ordinal is None else ordinal
+    pool = props(ordinal).pool
+    release_kept(ordinal)
     check(_rt.cudaMemPoolTrimTo(pool, keep_bytes), "cudaMemPoolTrimTo")
 
 
@@ -479,7 +483,7 @@ class ExternalStream(_Usable, RawStream):
 
 class _DefaultStream:
     """A GPU's legacy default stream (handle 0), used when no stream is given or current. It also
-    keeps that GPU's small freed buffers for reuse (see malloc)."""
+    keeps that GPU's freed buffers for reuse (see malloc)."""
 
     def __init__(self, ordinal: int):
         self.ordinal = ordinal
@@ -650,15 +654,42 @@ def synchronize() -> None:
 
 # ---- device memory ---------------------------------------------------------------------------
 
-# Small buffers freed on a GPU's default stream are kept for the next allocation of the same size
-# on it: work queued on a stream runs in order, so the next user cannot overtake the last one.
-# This saves a cudaMallocAsync + cudaFreeAsync pair through cuda-python per op call on small
-# arrays; the pool behind it is already a caching allocator for everything else. The bytes held
-# count against the GPU's total as they are kept and come back as they are taken (the count is
-# approximate under threads, as the lists' lengths are).
-_REUSE_MAX_BYTES = 1 << 20      # per buffer
+# Buffers freed on a GPU's default stream are kept for the next allocation of the same size on
+# it: work queued on a stream runs in order, so the next user cannot overtake the last one. This
+# saves a cudaMallocAsync + cudaFreeAsync pair per op call: host time through cuda-python on small
+# arrays, and on large ones the GPU time those stream-ordered calls add between kernels (the pool
+# behind them is a caching allocator already). The bytes held count against the GPU's total as
+# they are kept and come back as they are taken (the count is approximate under threads, as the
+# lists' lengths are). An allocation the pool cannot serve gives every kept buffer of its GPU back
+# and tries once more, so what is held never costs pyew an out-of-memory error. (Freed memory
+# stays reserved by the pool either way: its release threshold is set to keep it.)
+_REUSE_MAX_BYTES = 1 << 30      # per buffer
 _REUSE_PER_SIZE = 4
-_REUSE_TOTAL_BYTES = 64 << 20   # held at most per GPU, over all sizes
+_REUSE_TOTAL_BYTES = 2 << 30    # held at most per GPU, over all sizes
+
+
+def release_kept(ordinal: int) -> int:
+    """Give the buffers kept for reuse on GPU `ordinal`'s default stream back to its pool, and wait
+    for that stream, so that an allocation on any stream can have their memory. Returns the bytes
+    released."""
+    d = _defaults.get(ordinal)
+    if d is None or not d.reuse:
+        return 0
+    ptrs, released = [], 0
+    for nbytes, kept in list(d.reuse.items()):
+        while kept:
+            try:
+                ptrs.append(kept.pop())
+            except IndexError:    # another thread took the last one
+                break
+            released += nbytes
+    d.held -= released
+    if ptrs:
+        with on(ordinal):
+            for ptr in ptrs:
+                check(_rt.cudaFreeAsync(ptr, d.cu), "cudaFreeAsync")
+            _stream_sync(d.cu)
+    return released
 
 
 def malloc(nbytes: int, stream) -> int:
@@ -679,6 +710,8 @@ def malloc(nbytes: int, stream) -> int:
     props(stream.ordinal)                 # NoDeviceError before any CUDA call that would say less
     # from the pool of the stream's device (the current one, for a default stream)
     err, ptr = _rt.cudaMallocAsync(nbytes, stream.cu)
+    if int(err) != 0 and err == _rt.cudaError_t.cudaErrorMemoryAllocation and release_kept(stream.ordinal):
+        err, ptr = _rt.cudaMallocAsync(nbytes, stream.cu)
     if int(err) != 0:
         if err == _rt.cudaError_t.cudaErrorMemoryAllocation:
             with on(stream.ordinal):
@@ -692,8 +725,8 @@ def malloc(nbytes: int, stream) -> int:
 
 
 def free(ptr: int, stream, nbytes: int = 0) -> None:
-    """Stream-ordered free on the stream's GPU; a small buffer (nbytes given) on a default stream
-    is kept for reuse instead."""
+    """Stream-ordered free on the stream's GPU; a buffer of at most _REUSE_MAX_BYTES (nbytes given)
+    on a default stream is kept for reuse instead."""
     reuse = stream.reuse
     if reuse is not None and ptr and 0 < nbytes <= _REUSE_MAX_BYTES and \
             stream.held + nbytes <= _REUSE_TOTAL_BYTES:

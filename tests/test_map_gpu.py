@@ -58,24 +58,34 @@ def test_streamed_equals_one_shot(op, k, rng, transfer_limits):
     assert out.tobytes() == one.tobytes()
 
 
+def _view_offsets(arity):
+    """(output offset, input offsets) in elements: each input and out differently misaligned, all
+    equally misaligned, and every offset of an input relative to the output (alone for one input,
+    mixed with another for two), with the output aligned and misaligned."""
+    cases = [((s + 2) % 4, [(j + s) % 4 for j in range(arity)]) for s in range(3)]
+    cases.append((3, [3] * arity))
+    for rel in range(1, 8):
+        for o in (0, 5):
+            cases.append((o, [o + rel * (j + 1) for j in range(arity)]))
+    return cases
+
+
 @pytest.mark.parametrize("op,k", MAP_KERNELS)
 def test_device_misaligned_views(op, k, rng):
-    """Views at element offsets of their buffers, each input and out differently misaligned, and
-    all equally misaligned: any pack width, and the tail."""
+    """Views at element offsets of their buffers (_view_offsets): every pack width and launch
+    shape a view can take, and the tail."""
     fn = getattr(pyew, op.name)
     n = 4096 + 13
-    for shift in range(4):
+    for out_off, offs in _view_offsets(len(op.inputs)):
         arrays = _inputs(op, k.dtype.name, n, rng)
         dev = []
-        for j, a in enumerate(arrays):
-            off = shift if shift == 3 else (j + shift) % 4
+        for a, off in zip(arrays, offs):
             pad = np.concatenate([a[:off], a]) if off else a
             dev.append(pyew.asarray(pad)[off:])
-        off = 3 if shift == 3 else (shift + 2) % 4
-        out = poison(pyew.empty(n + off, k.out_dtype.name))[off:]
+        out = poison(pyew.empty(n + out_off, k.out_dtype.name))[out_off:]
         res = fn(*dev, out=out, **params_of(op))
         assert res is out
-        _check(op, k, arrays, out.get(), f"views shift={shift}")
+        _check(op, k, arrays, out.get(), f"views at {offs}, out at {out_off}")
 
 
 @pytest.mark.parametrize("op,k", MAP_KERNELS)

@@ -1,5 +1,6 @@
-"""The runtime's small-buffer reuse on a GPU's default stream, on the CPU: what is kept, for how
-many buffers and bytes, what goes back to the pool, and a Buffer's life through it."""
+"""The runtime's buffer reuse on a GPU's default stream, on the CPU: what is kept, for how many
+buffers and bytes, what goes back to the pool (when freed, when an allocation fails, when the pool
+is trimmed), and a Buffer's life through it."""
 from __future__ import annotations
 
 import itertools
@@ -8,6 +9,7 @@ import pytest
 
 from pyew import runtime as rt
 from pyew.array import Buffer
+from pyew.errors import CudaError
 
 from .fake_cuda import one_gpu
 
@@ -17,13 +19,17 @@ class PoolCalls:
 
     def __init__(self, real):
         self._real = real
-        self.mallocs, self.frees = [], []
+        self.mallocs, self.frees, self.syncs, self.trims = [], [], [], []
+        self.out_of_memory = 0            # how many of the next allocations fail
         self._next = itertools.count(1 << 20, 1 << 12)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def cudaMallocAsync(self, nbytes, stream):
+        if self.out_of_memory:
+            self.out_of_memory -= 1
+            return (self._real.cudaError_t.cudaErrorMemoryAllocation, 0)
         ptr = next(self._next)
         self.mallocs.append((ptr, nbytes))
         return (0, ptr)
@@ -32,14 +38,23 @@ class PoolCalls:
         self.frees.append(ptr)
         return (0,)
 
+    def cudaMemGetInfo(self):
+        return (0, 1 << 20, 1 << 30)
+
+    def cudaMemPoolTrimTo(self, pool, keep):
+        self.trims.append(keep)
+        return (0,)
+
 
 @pytest.fixture
 def pool(monkeypatch):
     one_gpu(monkeypatch, rt.DeviceProps(0, "fake", (9, 0), 4, 2048, 1 << 30, 1 << 20, None))
     calls = PoolCalls(rt._rt)
     monkeypatch.setattr(rt, "_rt", calls)
+    monkeypatch.setattr(rt, "_stream_sync", calls.syncs.append)   # whichever wait the library installed
     stream = rt._DefaultStream(0)            # a fresh one: no buffers kept by other tests
     stream.cu = 0
+    monkeypatch.setitem(rt._defaults, 0, stream)
     return calls, stream
 
 
@@ -111,3 +126,51 @@ def test_a_buffer_used_on_another_stream_waits_for_it_then_frees(pool, monkeypat
     del b
     assert waits == [(s, other)]
     assert s.reuse.get(4096) == [ptr]                  # then kept: the wait orders the next user
+
+
+def test_large_frees_are_kept_too(pool):
+    calls, s = pool
+    size = 256 << 20                                   # a 2^26-element float32 array
+    a = rt.malloc(size, s)
+    rt.free(a, s, size)
+    assert s.reuse[size] == [a] and s.held == size and calls.frees == []
+    assert rt.malloc(size, s) == a and s.held == 0 and len(calls.mallocs) == 1
+
+
+def test_out_of_memory_gives_the_kept_buffers_back_then_tries_again(pool):
+    calls, s = pool
+    kept = {rt.malloc(4096, s): 4096, rt.malloc(1 << 24, s): 1 << 24}
+    for p, size in kept.items():
+        rt.free(p, s, size)
+    assert s.held == 4096 + (1 << 24)
+    calls.out_of_memory = 1
+    p = rt.malloc(1 << 26, s)
+    assert sorted(calls.frees) == sorted(kept)         # every kept buffer went back to the pool
+    assert calls.syncs == [0]                          # and its frees finished before the retry
+    assert (p, 1 << 26) == calls.mallocs[-1] and s.held == 0
+    assert all(not v for v in s.reuse.values())
+
+
+def test_out_of_memory_with_nothing_kept_raises_without_a_retry(pool):
+    calls, s = pool
+    calls.out_of_memory = 1
+    n = len(calls.mallocs)
+    with pytest.raises(CudaError, match="out of GPU memory allocating 1024 bytes"):
+        rt.malloc(1024, s)
+    assert calls.out_of_memory == 0 and len(calls.mallocs) == n and calls.syncs == []
+    a = rt.malloc(512, s)
+    rt.free(a, s, 512)
+    calls.out_of_memory = 2                            # a kept buffer, but the retry fails too
+    with pytest.raises(CudaError, match="out of GPU memory"):
+        rt.malloc(1024, s)
+    assert calls.frees == [a] and s.reuse[512] == [] and s.held == 0
+
+
+def test_trim_pool_gives_the_kept_buffers_back_first(pool):
+    calls, s = pool
+    a = rt.malloc(1 << 24, s)
+    rt.free(a, s, 1 << 24)
+    rt.trim_pool()
+    assert calls.frees == [a] and calls.syncs == [0] and calls.trims == [0] and s.held == 0
+    rt.trim_pool(keep_bytes=5)                         # nothing kept now: the pool alone
+    assert calls.frees == [a] and calls.syncs == [0] and calls.trims == [0, 5]
