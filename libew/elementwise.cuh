@@ -442,11 +442,17 @@ __device__ __forceinline__ void map_shifted_body(const F& f, Index n, int head, 
   map_edges<B, N>(f, n, head, out, in...);
 }
 
-template <class Tn, int N, bool kShfl, typename Index, typename F, typename Out, typename... In>
+// S > 0: the one input's shift fixed at compile time (sh unused), so the word selection and the
+// funnel shift fold into register moves.
+template <class Tn, int N, bool kShfl, int S, typename Index, typename F, typename Out, typename... In>
 __global__ void __launch_bounds__(Tn::kBlock)
 map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __restrict__ out,
                    const In* __restrict__... in) {
-  map_shifted_body<Tn, N, kShfl>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
+  static_assert(S == 0 || sizeof...(In) == 1, "a fixed shift is for one input");
+  if constexpr (S > 0)
+    map_shifted_body<Tn, N, kShfl>(f, n, head, Shifts<1>{{S}}, std::index_sequence_for<In...>{}, out, in...);
+  else
+    map_shifted_body<Tn, N, kShfl>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
 }
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -479,11 +485,13 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
 
 // Launch shapes for inputs whose offsets differ from the output's, in blocks of at most 128
 // threads, as measured fastest for each (benchmarks/RESULTS.md, "Views at the aligned speed"):
-//  * one input of the output's type, half a pack from it (float32 at an even offset, a 16-bit
-//    type at 4 modulo 8): 8-byte packs, two per thread, and no shifting at all (with two inputs
-//    the extra loads cost more than the shifts they save);
-//  * otherwise the straddling-load kernel on 16-byte packs, which in 256-thread blocks ran 1-2%
-//    below the aligned kernel and in 128-thread blocks at its speed.
+//  * the straddling-load kernel on 16-byte packs, which in 256-thread blocks ran 1-2% below the
+//    aligned kernel and in 128-thread blocks at its speed;
+//  * for one input of a 4-byte type (float32 and int32 ops), a kernel per offset: at 2 elements
+//    8-byte packs, two per thread, with no shifting at all; at 1 and 3 the straddling-load kernel
+//    with the offset fixed at compile time, which leaves a heavy op like sigmoid with the aligned
+//    kernel's instruction count. (With two inputs the 8-byte packs' extra loads cost more than the
+//    shifts they save; 16-bit types gained nothing from them.)
 template <class Tn, int Unroll>
 using RetiledTuning = Tuning<std::min(Tn::kBlock, 128), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
 template <class Tn>
@@ -491,18 +499,19 @@ using ShiftedTuning = RetiledTuning<Tn, Tn::kUnroll>;
 template <class Tn>
 using HalfPackTuning = RetiledTuning<Tn, 2>;
 
-// As launch_pack_peeled, with out aligned and input k starting sh.s[k] elements past a boundary.
-template <class Tn, int N, bool kShfl, typename F, typename Out, typename... In>
+// As launch_pack_peeled, with out aligned and input k starting sh.s[k] elements past a boundary
+// (S > 0: one input, sh.s[0] == S, see map_shifted_kernel).
+template <class Tn, int N, bool kShfl, int S = 0, typename F, typename Out, typename... In>
 cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
                            Out* out, const In*... in) {
   using Ts = ShiftedTuning<Tn>;
   const int grid = grid_size(n / N, Ts::kUnroll, l, Ts::kBlock, Ts::kWaves);
   const int smem = resident_cap_smem(l, Ts::kBlock);
   if (map_fits_i32<Ts, N>(n, grid))
-    map_shifted_kernel<Ts, N, kShfl, int32_t><<<grid, Ts::kBlock, smem, l.stream>>>(
+    map_shifted_kernel<Ts, N, kShfl, S, int32_t><<<grid, Ts::kBlock, smem, l.stream>>>(
         f, static_cast<int32_t>(n), head, sh, out, in...);
   else
-    map_shifted_kernel<Ts, N, kShfl, int64_t><<<grid, Ts::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
+    map_shifted_kernel<Ts, N, kShfl, S, int64_t><<<grid, Ts::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
   return cudaGetLastError();
 }
 
@@ -524,8 +533,10 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
   bool same = true;
   for (int k = 0; k < K; ++k) same = same && sh.s[k] == 0;
   if (same) return launch_pack_peeled<Tn, N>(l, f, n - head, head, out + head, (in + head)...);
-  if constexpr (K == 1 && N >= 4 && ((sizeof(In) == sizeof(Out)) && ...)) {
-    if (sh.s[0] == N / 2) return launch_pack_peeled<HalfPackTuning<Tn>, N / 2>(l, f, n - head, head, out + head, (in + head)...);
+  if constexpr (K == 1 && sizeof(Out) == 4 && ((sizeof(In) == 4) && ...)) {   // shift 1, 2 or 3
+    if (sh.s[0] == 2) return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, n - head, head, out + head, (in + head)...);
+    if (sh.s[0] == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, n - head, head, sh, out + head, (in + head)...);
+    return launch_shifted<Tn, N, kShfl, 3>(l, f, n - head, head, sh, out + head, (in + head)...);
   }
   if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
     // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
@@ -538,8 +549,8 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
 // Entry for generated code: whole N-element packs (16 bytes for the widest operand) wherever the
 // views sit. When every operand has the same offset from a pack boundary (in elements, modulo N),
 // a short prologue is peeled and the rest runs aligned; otherwise the output is still stored in
-// aligned packs, and the input is read in half packs where its offset allows them (one input),
-// else as aligned 16-byte words shifted into place (see RetiledTuning).
+// aligned packs, and each input is read as aligned 16-byte words shifted into place, or for one
+// 4-byte input two elements from the output's offset, in 8-byte packs (see RetiledTuning).
 template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   return launch_map_with<Tn, kShiftByShuffle>(l, f, n, out, in...);
