@@ -537,8 +537,7 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
     if (sh.s[0] == 2) return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, n - head, head, out + head, (in + head)...);
     if (sh.s[0] == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, n - head, head, sh, out + head, (in + head)...);
     return launch_shifted<Tn, N, kShfl, 3>(l, f, n - head, head, sh, out + head, (in + head)...);
-  }
-  if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
+  } else if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
     // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
     return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
   } else {
