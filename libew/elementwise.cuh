@@ -44,9 +44,10 @@ struct Tuning {
 //    heavy op runs well below it: each thread's only load has nothing to overlap with.
 //  * ComputeBoundTuning: two packs per thread from a 2 x 128-pack tile, no grid cap: each thread
 //    has two loads in flight. A grid capped at 32 waves (OneFlow's loop) cost every op 1-2% on the
-//    H100 and the light "compute" ops (sigmoid, silu, hardswish) as much on the H200; it helps only
-//    float32 gelu and gelu_tanh on the H200 under its power cap (about 3%), which stay compute-bound
-//    in either shape there.
+//    H100 and the lighter function-calling ops as much on the H200; it helps only the heaviest float32
+//    ops on the H200 under its power cap (about 3%), which stay compute-bound in either shape there.
+//    An op with a few fast approximations per element (a sigmoid) runs faster in the memory shape
+//    on both GPUs: its spec says `tuning = "memory"`.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
 using ComputeBoundTuning = Tuning<128, 2, 0, true, 0>;
 using DefaultTuning = MemoryBoundTuning;

@@ -42,7 +42,8 @@ def test_tuning_guess_and_override():
     spec = load(["libew/ops.toml"])
     got = {o.name: op_tuning(o, spec) for o in spec.ops if o.kind == "map"}
     assert got["relu"] == got["add"] == got["add_relu"] == got["to_float16"] == "memory"
-    assert got["gelu"] == got["sigmoid"] == got["elu"] == "compute"
+    assert got["gelu"] == got["elu"] == "compute"
+    assert got["sigmoid"] == got["hardswish"] == "memory"      # the spec's `tuning` over the guess
     text = GOOD + '\n[[op]]\nname = "g"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "twice(ew::sigmoid<R>(x))"\n' \
         'ref = "x"\ndoc = "g."\n'
     twice, g = one(text)
