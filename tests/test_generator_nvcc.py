@@ -24,12 +24,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not NVCC or not os.path.exist
 ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
 
 
-def flags(out: Path) -> list[str]:
-    return ["-std=c++17", *ARCH, "-Xcompiler", "-fPIC", f"-I{ROOT / 'libew'}", f"-I{out}", f"-I{out / 'gen'}"]
+def flags(out: Path, libew: Path = ROOT / "libew") -> list[str]:
+    return ["-std=c++17", *ARCH, "-Xcompiler", "-fPIC", f"-I{libew}", f"-I{out}", f"-I{out / 'gen'}"]
 
 
-def nvcc(out: Path, source: Path, wrapped=False):
-    cmd = [NVCC, *flags(out), "-c", str(source), "-o", str(source.with_suffix(".o"))]
+def nvcc(out: Path, source: Path, wrapped=False, libew: Path = ROOT / "libew"):
+    cmd = [NVCC, *flags(out, libew), "-c", str(source), "-o", str(source.with_suffix(".o"))]
     if wrapped:
         cmd = [sys.executable, "-m", "generator.nvcc", *cmd]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -105,6 +105,50 @@ doc = "bad."
         op = "bad"
     assert last.startswith(f"error: {spec_path(spec)}: op '{op}': field '{field}': {expr!r} does not compile: "), last
     assert nvcc_says in last and "error" in last.split("does not compile: ")[1]
+
+
+def _libew_copy(tmp_path: Path, header: str, edit) -> Path:
+    """libew/ copied under tmp_path with one header edited."""
+    libew = tmp_path / "libew"
+    shutil.copytree(ROOT / "libew", libew)
+    path = libew / header
+    path.write_text(edit(path.read_text()))
+    return libew
+
+
+def test_error_in_a_header_reached_from_an_expression_names_the_expression(tmp_path):
+    """nvcc reports an error inside a helper at the helper's line in libew/; its notes trace the
+    instantiation back to the spec expression that called it, which is what the user can fix."""
+    helper = "template <typename C>\n__device__ C needs_a_struct(C x) { return x.field; }\n"
+    libew = _libew_copy(tmp_path, "ew_math.cuh",
+                        lambda text: text.replace("namespace ew {", "namespace ew {\n" + helper, 1))
+    spec = tmp_path / "ops.toml"
+    spec.write_text('[[op]]\nname = "bad"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "ew::needs_a_struct(x) + x"\n'
+                    'ref = "x"\ndoc = "bad."\n')
+    generate(load([spec]), tmp_path / "b")
+    r = nvcc(tmp_path / "b", tmp_path / "b/gen/ew_bad_f32.cu", wrapped=True, libew=libew)
+    assert r.returncode != 0
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith(f"error: {spec_path(spec)}: op 'bad': field 'expr': 'ew::needs_a_struct(x) + x' "
+                           "does not compile: "), last
+    assert "ew_math.cuh" in last and "error" in last.split("does not compile: ")[1]
+
+
+def test_error_in_a_hand_written_header_is_not_put_on_the_spec(tmp_path):
+    """A mistake in the template itself (an edit of libew/elementwise.cuh) fails every op's build;
+    the line names the header, not the op's expression."""
+    body = "  if constexpr (N % 2 == 0 && has_apply2<F>::value) {"
+    libew = _libew_copy(tmp_path, "elementwise.cuh",
+                        lambda text: text.replace(body, "  undeclared_step(f);\n" + body, 1))
+    assert "undeclared_step" in (libew / "elementwise.cuh").read_text()
+    generate(load([ROOT / "libew/ops.toml"]), tmp_path / "b")
+    r = nvcc(tmp_path / "b", tmp_path / "b/gen/ew_relu_f32.cu", wrapped=True, libew=libew)
+    assert r.returncode != 0
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("error: libew/ops.toml: op 'relu': nvcc's first error is in "), last
+    assert "elementwise.cuh, not in code generated from this op's expressions" in last, last
+    assert "field 'expr'" not in last
+    assert 'identifier "undeclared_step" is undefined' in last
 
 
 def test_make_reports_the_spec_behind_a_compile_error(tmp_path):
