@@ -227,8 +227,10 @@ __device__ __forceinline__ V shfl_down_1(V v) {
 }
 
 // Bytes [b, b + sizeof(V)) of the little-endian run lo:hi, 0 <= b < sizeof(V), b a multiple of 2
-// (or any b for 4-byte words). Word selection by the uniform b / 4 compiles to selects.
-template <typename V>
+// (or any b for 4-byte words). Word selection by the uniform b / 4 compiles to selects. kWords: b is
+// known to be a multiple of 4, so whole words are selected and no funnel shift is issued (the
+// intrinsic is inline assembly, which the compiler cannot drop for a constant shift of 0).
+template <bool kWords = false, typename V>
 __device__ __forceinline__ V funnel(V lo, V hi, int b) {
   constexpr int W = sizeof(V) / 4;
   static_assert(W >= 1 && sizeof(V) % 4 == 0, "funnel works on whole 32-bit words");
@@ -252,7 +254,10 @@ __device__ __forceinline__ V funnel(V lo, V hi, int b) {
     a[j] = v;
   }
 #pragma unroll
-  for (int j = 0; j < W; ++j) r.w[j] = __funnelshift_r(a[j], a[j + 1], bits);
+  for (int j = 0; j < W; ++j) {
+    if constexpr (kWords) r.w[j] = a[j];
+    else r.w[j] = __funnelshift_r(a[j], a[j + 1], bits);
+  }
   return r.v;
 }
 
@@ -322,8 +327,8 @@ __device__ __forceinline__ RawWords<U> load_raw(const T* in, int s, Index i, Ind
 }
 
 // Phase 2: the packs. With kShfl every lane of the warp must call it (s is uniform, so either all
-// lanes shuffle or none).
-template <int N, int U, bool kShfl, typename T, typename Index>
+// lanes shuffle or none). kWords: s * sizeof(T) is a multiple of 4 (see funnel).
+template <int N, int U, bool kShfl, typename T, bool kWords = false, typename Index>
 __device__ __forceinline__ Packs<T, N, U> shift_raw(const RawWords<U>& r, int s, Index i, Index step, Index n_packs,
                                                     int lane) {
   using V = typename VecOf<sizeof(Pack<T, N>)>::type;
@@ -343,7 +348,7 @@ __device__ __forceinline__ Packs<T, N, U> shift_raw(const RawWords<U>& r, int s,
           const V next = shfl_down_1(lo);
           if (!reads_own_next<kShfl>(i + u * step, n_packs, lane)) hi = next;
         }
-        w.v = funnel(lo, hi, s * int(sizeof(T)));
+        w.v = funnel<kWords>(lo, hi, s * int(sizeof(T)));
       }
     }
     out.p[u] = w.p;
@@ -421,7 +426,8 @@ struct Shifts {
   int s[K > 0 ? K : 1];
 };
 
-template <class Tn, int N, bool kShfl, typename Index, typename F, typename Out, typename... In, size_t... I>
+template <class Tn, int N, bool kShfl, bool kWords, typename Index, typename F, typename Out, typename... In,
+          size_t... I>
 __device__ __forceinline__ void map_shifted_body(const F& f, Index n, int head, const Shifts<sizeof...(In)>& sh,
                                                  std::index_sequence<I...>, Out* __restrict__ out,
                                                  const In* __restrict__... in) {
@@ -438,22 +444,23 @@ __device__ __forceinline__ void map_shifted_body(const F& f, Index n, int head, 
     RawWords<U> raw[sizeof...(In)];
     ((raw[I] = load_raw<N, U, H, kShfl>(in, sh.s[I], i, step, n_packs, lane)), ...);
     compute_store_masked<N, U, H>(f, out, i, step, n_packs,
-                                  shift_raw<N, U, kShfl, In>(raw[I], sh.s[I], i, step, n_packs, lane)...);
+                                  shift_raw<N, U, kShfl, In, kWords>(raw[I], sh.s[I], i, step, n_packs, lane)...);
   }
   map_edges<B, N>(f, n, head, out, in...);
 }
 
-// S > 0: the one input's shift fixed at compile time (sh unused), so the word selection and the
-// funnel shift fold into register moves.
+// S > 0: the one input's shift fixed at compile time (sh unused), so the word selection folds into
+// register moves, and a shift of whole 32-bit words needs no funnel shift at all.
 template <class Tn, int N, bool kShfl, int S, typename Index, typename F, typename Out, typename... In>
 __global__ void __launch_bounds__(Tn::kBlock)
 map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __restrict__ out,
                    const In* __restrict__... in) {
   static_assert(S == 0 || sizeof...(In) == 1, "a fixed shift is for one input");
   if constexpr (S > 0)
-    map_shifted_body<Tn, N, kShfl>(f, n, head, Shifts<1>{{S}}, std::index_sequence_for<In...>{}, out, in...);
+    map_shifted_body<Tn, N, kShfl, ((S * sizeof(In)) % 4 == 0 && ...)>(f, n, head, Shifts<1>{{S}},
+                                                                        std::index_sequence_for<In...>{}, out, in...);
   else
-    map_shifted_body<Tn, N, kShfl>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
+    map_shifted_body<Tn, N, kShfl, false>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
 }
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -493,6 +500,9 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
 //    with the offset fixed at compile time, which leaves a heavy op like sigmoid with the aligned
 //    kernel's instruction count. (With two inputs the 8-byte packs' extra loads cost more than the
 //    shifts they save; 16-bit types gained nothing from them.)
+//  * for one input of a 16-bit type at an even offset (whole 32-bit words away), the straddling-load
+//    kernel with the offset fixed at compile time: the words are selected in registers, with no
+//    funnel shifts; odd offsets keep one kernel with the offset read at run time.
 template <class Tn, int Unroll>
 using RetiledTuning = Tuning<std::min(Tn::kBlock, 128), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
 template <class Tn>
@@ -538,6 +548,11 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
     if (sh.s[0] == 2) return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, n - head, head, out + head, (in + head)...);
     if (sh.s[0] == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, n - head, head, sh, out + head, (in + head)...);
     return launch_shifted<Tn, N, kShfl, 3>(l, f, n - head, head, sh, out + head, (in + head)...);
+  } else if constexpr (K == 1 && sizeof(Out) == 2 && ((sizeof(In) == 2) && ...)) {   // whole 32-bit words off
+    if (sh.s[0] == 2) return launch_shifted<Tn, N, kShfl, 2>(l, f, n - head, head, sh, out + head, (in + head)...);
+    if (sh.s[0] == 4) return launch_shifted<Tn, N, kShfl, 4>(l, f, n - head, head, sh, out + head, (in + head)...);
+    if (sh.s[0] == 6) return launch_shifted<Tn, N, kShfl, 6>(l, f, n - head, head, sh, out + head, (in + head)...);
+    return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
   } else if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
     // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
     return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
