@@ -548,7 +548,7 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
     if (sh.s[0] == 2) return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, n - head, head, out + head, (in + head)...);
     if (sh.s[0] == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, n - head, head, sh, out + head, (in + head)...);
     return launch_shifted<Tn, N, kShfl, 3>(l, f, n - head, head, sh, out + head, (in + head)...);
-  } else if constexpr (K == 1 && sizeof(Out) == 2 && ((sizeof(In) == 2) && ...)) {   // whole 32-bit words off
+  } else if constexpr (K == 1 && sizeof(Out) == 2 && ((sizeof(In) == 2) && ...)) {   // even shifts fixed
     if (sh.s[0] == 2) return launch_shifted<Tn, N, kShfl, 2>(l, f, n - head, head, sh, out + head, (in + head)...);
     if (sh.s[0] == 4) return launch_shifted<Tn, N, kShfl, 4>(l, f, n - head, head, sh, out + head, (in + head)...);
     if (sh.s[0] == 6) return launch_shifted<Tn, N, kShfl, 6>(l, f, n - head, head, sh, out + head, (in + head)...);
