@@ -24,7 +24,7 @@ from generator.spec import load
 from pyew import dtypes as dt
 from pyew import library
 from pyew import runtime as rt
-from pyew.bench import cli, cpu_peers, numpy_suite, peers, report, report_host, targets, timing, traffic
+from pyew.bench import cli, cpu_peers, map_suites, numpy_suite, peers, report, report_host, targets, timing, traffic
 from pyew.bench.context import Progress, Run
 from pyew.bench.data import random_host, random_host_n, stride
 from pyew.bench.map_suites import map_cases
@@ -230,6 +230,7 @@ def test_peer_without_gpu_is_skipped(monkeypatch):
 def test_every_default_map_op_has_peer_mappings(spec_raw):
     names = {o["name"] for o in spec_raw["ops"] if o["kind"] == "map"}
     assert names <= set(peers.TORCH_MAP), names - set(peers.TORCH_MAP)
+    assert names <= set(peers.TORCH_INTO), names - set(peers.TORCH_INTO)
     no_cupy = {n for n in names if not peers.mappable(n)["cupy"]}
     assert no_cupy <= {"to_bfloat16"}                          # CuPy has no bfloat16
     no_numexpr = names - set(cpu_peers.NUMEXPR_MAP)
@@ -262,6 +263,38 @@ def test_cupy_kernels_compute_in_the_right_type():
     calls = cp.ElementwiseKernel.call_count
     peer.op("elu", "float32", {"alpha": 1.0})                 # same compute type: the cached kernel
     assert cp.ElementwiseKernel.call_count == calls
+
+
+class _Buffers:
+    """Stands in for a data.Pool: view(slot, n) at a known address."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def view(self, slot, n):
+        return types.SimpleNamespace(ptr=self.ptr + slot * n, shape=(n,), dtype=np.dtype(np.float32))
+
+
+def test_torch_is_timed_on_pyews_buffers(monkeypatch):
+    t = mock.MagicMock()
+    peer = peers.TorchPeer("torch", t)
+    peer.wrap = lambda a: ("tensor at", a.ptr)
+    notes = []
+    run = types.SimpleNamespace(peers={"torch": peer}, note=notes.append)
+    relu = types.SimpleNamespace(op="relu", dtype="float32", params={})
+    for c in map_suites._calls(run, relu, "torch", 8, [_Buffers(100)], _Buffers(1000), 2):
+        c()
+    assert t.clamp_min.call_args_list == [mock.call(("tensor at", 100), 0, out=("tensor at", 1000)),
+                                          mock.call(("tensor at", 108), 0, out=("tensor at", 1008))]
+    add = types.SimpleNamespace(op="add_relu", dtype="float32", params={})
+    map_suites._calls(run, add, "torch", 8, [_Buffers(100), _Buffers(200)], _Buffers(1000), 1)[0]()
+    t.add.assert_called_with(("tensor at", 100), ("tensor at", 200), out=("tensor at", 1000))
+    t.relu_.assert_called_with(t.add.return_value)
+    # an op without an out= form allocates its result, as a torch user's call does
+    monkeypatch.delitem(peers.TORCH_INTO, "relu")
+    map_suites._calls(run, relu, "torch", 8, [_Buffers(100)], _Buffers(1000), 1)[0]()
+    t.relu.assert_called_once_with(("tensor at", 100))
+    assert not notes
 
 
 def test_torch_views_bfloat16_through_int16():

@@ -1,6 +1,7 @@
 """Layouts beyond one aligned shape: broadcast bias adds (a row bias and a channel bias, the big
 input and the output counted) and views offset by 1..7 elements from an aligned buffer, pyew
-against PyTorch on the same data, timed with events around the Python calls."""
+against PyTorch on the same data, each writing into the same output buffer (peers.TORCH_INTO says
+why), timed with events around the Python calls."""
 from __future__ import annotations
 
 import functools
@@ -8,6 +9,7 @@ import functools
 from .. import runtime as rt
 from .api_suites import have_ops, timed
 from .data import random_device
+from .peers import TORCH_INTO
 from .warm import warm_up
 
 ROW_BIAS = ((65536, 4096), (4096,))
@@ -20,8 +22,7 @@ OFFSETS = range(1, 8)
 
 
 def _torch_fn(t, name):
-    return {"add": t.add, "mul": t.mul, "relu": t.relu, "sigmoid": t.sigmoid,
-            "add_relu": lambda x, y: t.relu(x + y)}[name]
+    return TORCH_INTO[name](t, {})
 
 
 def _dtypes(run):
@@ -48,21 +49,25 @@ def suite_layouts(run) -> None:
         for label, (xs, bs) in (("row bias", ROW_BIAS), ("channel bias", CHANNEL_BIAS)):
             x = random_device(run.rng, dtype, xs)
             b = random_device(run.rng, dtype, bs)
+            dst = pyew.empty(xs, dtype)
             counted = 2 * x.nbytes                      # the big input and the output
             for name in BIAS_OPS:
                 fn = getattr(pyew, name)
-                timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b)],
+                timed(run, "layouts", f"{name} {label}", dtype, xs, "pyew", [functools.partial(fn, x, b, out=dst)],
                       extra={"counted_bytes": counted})
                 if peer is not None:
                     tf = _torch_fn(peer.mod, name)
                     timed(run, "layouts", f"{name} {label}", dtype, xs, "torch",
-                          [functools.partial(tf, peer.wrap(x), peer.wrap(b))], extra={"counted_bytes": counted})
-            del x, b
+                          [functools.partial(tf, peer.wrap(x), peer.wrap(b), out=peer.wrap(dst))],
+                          extra={"counted_bytes": counted})
+            del x, b, dst
             rt.synchronize()
         base = random_device(run.rng, dtype, (VIEW_N + 8,))
         other = random_device(run.rng, dtype, (VIEW_N + 8,))
+        dst = pyew.empty((VIEW_N,), dtype)
         tbase = peer.wrap(base) if peer is not None else None
         tother = peer.wrap(other) if peer is not None else None
+        tdst = peer.wrap(dst) if peer is not None else None
         for name in VIEW_OPS:
             fn = getattr(pyew, name)
             for off in (0, *OFFSETS):
@@ -71,11 +76,12 @@ def suite_layouts(run) -> None:
                 view = base[off:off + VIEW_N]
                 args = (view, other[:VIEW_N]) if name == "add" else (view,)
                 timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "pyew",
-                      [functools.partial(fn, *args)], extra={"op": name, "offset": off})
+                      [functools.partial(fn, *args, out=dst)], extra={"op": name, "offset": off})
                 if peer is not None:
                     tv = tbase[off:off + VIEW_N]
                     targs = (tv, tother[:VIEW_N]) if name == "add" else (tv,)
                     timed(run, "layouts", f"{name} view +{off}", dtype, (VIEW_N,), "torch",
-                          [functools.partial(_torch_fn(peer.mod, name), *targs)], extra={"op": name, "offset": off})
-        del base, other, tbase, tother
+                          [functools.partial(_torch_fn(peer.mod, name), *targs, out=tdst)],
+                          extra={"op": name, "offset": off})
+        del base, other, dst, tbase, tother, tdst
         rt.synchronize()

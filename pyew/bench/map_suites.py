@@ -3,7 +3,8 @@ naive entry generated beside it, PyTorch, CuPy), OneFlow's comparison (naive vs 
 PyTorch), and, with --sustained, pyew and PyTorch alternating in long back-to-back runs.
 
 pyew and naive are timed through direct ctypes calls of the entry points with every argument
-prepared beforehand (functools.partial), so what is measured is the kernel. Each dtype's inputs
+prepared beforehand (functools.partial), so what is measured is the kernel. PyTorch runs on the same
+input and output buffers (peers.TORCH_INTO says why). Each dtype's inputs
 live in a few large random pools allocated once; rotated views are cut from them, and the pools
 are freed (and the peers' caches emptied) before the next dtype, so the largest sizes fit.
 """
@@ -126,6 +127,10 @@ def _calls(run, case, impl, n, ins, out, slots):
     peer = run.peers.get(impl)
     if peer is None or impl not in ("torch", "cupy"):
         return None
+    into = peer.op_into(case.op, case.dtype, case.params)
+    if into is not None:                  # on pyew's own buffers: see peers.TORCH_INTO
+        return [functools.partial(into, *[peer.wrap(p.view(s, n)) for p in ins], out=peer.wrap(out.view(s, n)))
+                for s in range(slots)]
     fn, why = peer.op(case.op, case.dtype, case.params)
     if fn is None:
         run.note(why)

@@ -52,6 +52,37 @@ TORCH_MAP: dict[str, Callable] = {
     "to_int64": _cast("int64"),
 }
 
+# The same ops writing into a given tensor: the bench runs PyTorch on the very buffers pyew runs on.
+# Past L2, where an input and an output lie in memory moves either library's throughput by about as
+# much as the kernels differ (benchmarks/RESULTS.md, "PyTorch on pyew's buffers"), so a
+# PyTorch that allocated its own outputs would be compared on other buffers, not with another kernel.
+# relu: on CUDA torch.relu(x) is clamp_min(x, 0), which has an out= form. add_relu: the two kernels
+# a torch user writes, the second in place.
+
+
+def _into(fn):
+    return lambda t, p: (lambda *xs, out: fn(t, p)(*xs, out=out))
+
+
+TORCH_INTO: dict[str, Callable] = {
+    "relu": lambda t, p: (lambda x, out: t.clamp_min(x, 0, out=out)),
+    "sigmoid": _into(lambda t, p: t.sigmoid),
+    "elu": lambda t, p: (lambda x, out, a=p["alpha"]: t._C._nn.elu(x, a, out=out)),
+    "gelu": _into(lambda t, p: t._C._nn.gelu),
+    "gelu_tanh": lambda t, p: (lambda x, out: t._C._nn.gelu(x, approximate="tanh", out=out)),
+    "silu": _into(lambda t, p: t._C._nn.silu),
+    "hardswish": _into(lambda t, p: t._C._nn.hardswish),
+    "hardshrink": lambda t, p: (lambda x, out, la=p["lambd"]: t.ops.aten.hardshrink.out(x, la, out=out)),
+    "add": _into(lambda t, p: t.add),
+    "sub": _into(lambda t, p: t.sub),
+    "mul": _into(lambda t, p: t.mul),
+    "div": _into(lambda t, p: t.div),
+    "scale": lambda t, p: (lambda x, out, a=p["alpha"]: t.mul(x, a, out=out)),
+    "add_relu": lambda t, p: (lambda x, y, out: t.relu_(t.add(x, y, out=out))),
+    **{f"to_{d}": lambda t, p: (lambda x, out: out.copy_(x))
+       for d in ("float32", "float16", "bfloat16", "float64", "int64")},
+}
+
 # The Python-API suites' torch counterparts: name -> builder(torch) -> callable.
 TORCH_API: dict[str, Callable] = {
     "upsample_nearest2d": lambda t: (lambda x: _F(t).interpolate(x, scale_factor=2, mode="nearest")),
@@ -136,6 +167,11 @@ class Peer:
     def api(self, name: str):
         return None, f"{self.name} has no counterpart for {name}"
 
+    def op_into(self, name: str, dtype: str, params: dict):
+        """The op writing into a given array, `fn(*inputs, out=)`, or None where this peer has
+        no such form (its op then allocates its result)."""
+        return None
+
     def round_trip(self, fn):
         """fn on numpy inputs, numpy out: each input copied to the GPU, fn, the result copied back
         into a new numpy array (what a user of this library writes for numpy data)."""
@@ -164,6 +200,10 @@ class TorchPeer(Peer):
             return build(self.mod, params), ""
         except (KeyError, AttributeError) as e:
             return None, f"torch: cannot build {name!r} ({type(e).__name__}: {e})"
+
+    def op_into(self, name, dtype, params):
+        build = TORCH_INTO.get(name)
+        return None if build is None else build(self.mod, params)
 
     def api(self, name):
         build = TORCH_API.get(name)
