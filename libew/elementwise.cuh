@@ -377,6 +377,63 @@ __device__ __forceinline__ void compute_store_masked(const F& f, Out* out, Index
   }
 }
 
+// ---- launches that overlap the previous kernel's end ----------------------------------------------
+// Programmatic dependent launch (compute capability 9.0 and later): a map kernel queued right
+// behind another kernel on its stream may be launched before that kernel has finished, so the
+// launch's own latency overlaps the previous grid instead of following it. Correctness rests on
+// every block of such a kernel calling grid_dependency_wait() before it touches memory:
+// griddepcontrol.wait returns once the previous grid has completed and its writes are visible (at
+// once when there is no such dependency). The kernels do not signal their dependents early
+// (griddepcontrol.launch_dependents): that slowed the one-input kernels of misaligned views even
+// when nothing waited on them, and gained nothing (benchmarks/RESULTS.md, "Back-to-back launches").
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether `kernel`'s code for the current device holds those instructions: compiled for compute
+// capability 9.0 or later. (A GPU running code JIT-compiled from an older PTX target would not
+// wait, so it is launched the ordinary way.) cache: one slot per device, for this kernel alone.
+inline bool overlap_allowed(const void* kernel, std::atomic<int>* cache) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    cudaFuncAttributes a{};
+    const bool ok = cudaFuncGetAttributes(&a, kernel) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    v = ok && a.ptxVersion >= 90 ? 1 : 2;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+// `kernel`, which must begin with grid_dependency_wait(), on l.stream with `args` (each of exactly
+// its parameter's type), allowed to overlap the kernel before it where its code allows that.
+// `cache` is overlap_allowed's, static beside the launch. The kernel is passed as an address:
+// nvcc's host code spells a pointer to a specialization of a kernel template without its
+// parameters' __restrict__, which the host compiler then rejects.
+template <typename... Args>
+cudaError_t launch_overlapping(const void* kernel, std::atomic<int>* cache, int grid, int block, int smem,
+                               const Launch& l, Args... args) {
+  void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = l.stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap_allowed(kernel, cache) ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, params);
+  const cudaError_t last = cudaGetLastError();     // clears the launch's error, as after <<< >>>
+  return e != cudaSuccess ? e : last;
+}
+
 // ---- the map kernels ----------------------------------------------------------------------------
 // Both kernels see the array as [-head, 0) (the prologue: elements before the output's first
 // aligned pack), [0, n_packs * N) (whole packs, the output aligned) and the tail [n_packs * N, n).
@@ -403,6 +460,7 @@ template <class Tn, int N, typename Index, typename F, typename Out, typename...
 __global__ void __launch_bounds__(Tn::kBlock)
 map_kernel(F f, Index n, int head, Out* __restrict__ out, const In* __restrict__... in) {
   constexpr int B = Tn::kBlock, U = Tn::kUnroll, H = Tn::kHint;
+  grid_dependency_wait();
   const Index n_packs = n / N;
   const Index threads = Index(gridDim.x) * B;
   // A trip covers U * threads consecutive packs; this thread's U packs are i + u * step.
@@ -456,6 +514,7 @@ __global__ void __launch_bounds__(Tn::kBlock)
 map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __restrict__ out,
                    const In* __restrict__... in) {
   static_assert(S == 0 || sizeof...(In) == 1, "a fixed shift is for one input");
+  grid_dependency_wait();
   if constexpr (S > 0)
     map_shifted_body<Tn, N, kShfl, ((S * sizeof(In)) % 4 == 0 && ...)>(f, n, head, Shifts<1>{{S}},
                                                                         std::index_sequence_for<In...>{}, out, in...);
@@ -479,11 +538,12 @@ template <class Tn, int N, typename F, typename Out, typename... In>
 cudaError_t launch_pack_peeled(const Launch& l, const F& f, int64_t n, int head, Out* out, const In*... in) {
   const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
   const int smem = resident_cap_smem(l, Tn::kBlock);
+  static std::atomic<int> cache[2][kMaxDevices];
   if (map_fits_i32<Tn, N>(n, grid))
-    map_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, static_cast<int32_t>(n), head, out, in...);
-  else
-    map_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, smem, l.stream>>>(f, n, head, out, in...);
-  return cudaGetLastError();
+    return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int32_t, F, Out, In...>), cache[0],
+                              grid, Tn::kBlock, smem, l, f, static_cast<int32_t>(n), head, out, in...);
+  return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int64_t, F, Out, In...>), cache[1],
+                            grid, Tn::kBlock, smem, l, f, static_cast<int64_t>(n), head, out, in...);
 }
 
 template <class Tn, int N, typename F, typename Out, typename... In>
@@ -518,12 +578,12 @@ cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, con
   using Ts = ShiftedTuning<Tn>;
   const int grid = grid_size(n / N, Ts::kUnroll, l, Ts::kBlock, Ts::kWaves);
   const int smem = resident_cap_smem(l, Ts::kBlock);
+  static std::atomic<int> cache[2][kMaxDevices];
   if (map_fits_i32<Ts, N>(n, grid))
-    map_shifted_kernel<Ts, N, kShfl, S, int32_t><<<grid, Ts::kBlock, smem, l.stream>>>(
-        f, static_cast<int32_t>(n), head, sh, out, in...);
-  else
-    map_shifted_kernel<Ts, N, kShfl, S, int64_t><<<grid, Ts::kBlock, smem, l.stream>>>(f, n, head, sh, out, in...);
-  return cudaGetLastError();
+    return launch_overlapping(reinterpret_cast<const void*>(&map_shifted_kernel<Ts, N, kShfl, S, int32_t, F, Out, In...>),
+                              cache[0], grid, Ts::kBlock, smem, l, f, static_cast<int32_t>(n), head, sh, out, in...);
+  return launch_overlapping(reinterpret_cast<const void*>(&map_shifted_kernel<Ts, N, kShfl, S, int64_t, F, Out, In...>),
+                            cache[1], grid, Ts::kBlock, smem, l, f, static_cast<int64_t>(n), head, sh, out, in...);
 }
 
 // Straddling loads through warp shuffles (see load_shifted).

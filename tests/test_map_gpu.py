@@ -281,6 +281,26 @@ def test_launches_under_a_resident_thread_budget(threads, rng, resident_threads)
                    f"{threads} threads per SM, row bias")
 
 
+def test_dependent_calls_queued_back_to_back(rng):
+    """Each call reads what the call before it wrote, all queued behind a few large calls with no
+    synchronisation between them: a map kernel may be scheduled while the one before it finishes,
+    and must still see all of its writes. Aligned and misaligned steps, against numpy."""
+    busy = poison(pyew.empty(2**26, "float32"))
+    for n in (4097, 2**22 + 3):
+        x = np.round(random_array(rng, n, "float32") * 8)       # whole numbers: every sum below is exact
+        ones = pyew.asarray(np.ones(n, np.float32))
+        bufs = [pyew.asarray(np.concatenate([x, np.full(8, np.nan, np.float32)])), poison(pyew.empty(n + 8, "float32"))]
+        off, steps = 0, 60
+        for _ in range(8):
+            pyew.add(busy, busy, out=busy)
+        for i in range(steps):
+            src, dst = bufs[i % 2], bufs[1 - i % 2]
+            to = (off + i) % 8                                 # offsets differ on most steps: shifted loads
+            pyew.add(src[off:off + n], ones, out=dst[to:to + n])
+            off = to
+        np.testing.assert_array_equal(bufs[steps % 2][off:off + n].get(), x + steps, err_msg=f"n={n}")
+
+
 def test_bias_layouts_are_collapsed(rng):
     """Row bias, channel bias and a scalar: the common broadcasts, against numpy."""
     x = random_array(rng, 256 * 4096, "float16").reshape(256, 4096)
