@@ -290,6 +290,8 @@ def test_torch_is_timed_on_pyews_buffers(monkeypatch):
     map_suites._calls(run, add, "torch", 8, [_Buffers(100), _Buffers(200)], _Buffers(1000), 1)[0]()
     t.add.assert_called_with(("tensor at", 100), ("tensor at", 200), out=("tensor at", 1000))
     t.relu_.assert_called_with(t.add.return_value)
+    # an out= form that cannot be built (here a param missing) falls back to the allocating form
+    assert peer.op_into("elu", "float32", {}) is None
     # an op without an out= form allocates its result, as a torch user's call does
     monkeypatch.delitem(peers.TORCH_INTO, "relu")
     map_suites._calls(run, relu, "torch", 8, [_Buffers(100)], _Buffers(1000), 1)[0]()

@@ -306,9 +306,9 @@ def layouts_section(rows, copy_gbps) -> str:
         out.append(f"| {r['name']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {g:.0f} | {pct(g)} | {theirs} |")
     groups = list(_view_groups(rs))
     if groups:
-        out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is a "
-                "new, aligned array): the worst offset of 1..7 against the aligned run, and against torch on the "
-                "same views.", "",
+        out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is an "
+                "aligned array, the same for both libraries): the worst offset of 1..7 against the aligned run, "
+                "and against torch on the same views.", "",
                 "| op | dtype | aligned GB/s | worst offset GB/s (k) | worst / aligned | min torch time / pyew time |",
                 "|---|---|---|---|---|---|"]
         for name, dtype, aligned, offsets in groups:
