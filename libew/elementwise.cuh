@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <utility>
 #include "ew_types.cuh"
 
@@ -551,10 +552,11 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
   return launch_pack_peeled<Tn, N>(l, f, n, 0, out, in...);
 }
 
-// Launch shapes for inputs whose offsets differ from the output's, in blocks of at most 128
-// threads, as measured fastest for each (benchmarks/RESULTS.md, "Views at the aligned speed"):
-//  * the straddling-load kernel on 16-byte packs, which in 256-thread blocks ran 1-2% below the
-//    aligned kernel and in 128-thread blocks at its speed;
+// Launch shapes for inputs whose offsets differ from the output's, as measured fastest for each
+// (benchmarks/RESULTS.md, "Views at the aligned speed" and "Straddling loads per input count"):
+//  * the straddling-load kernel on 16-byte packs: for one input in blocks of at most 128 threads
+//    (in 256-thread blocks it ran 1-2% below the aligned kernel), for two or more in the op's own
+//    blocks (in 128-thread blocks they ran slower on both GPUs measured);
 //  * for one input of a 4-byte type (float32 and int32 ops), a kernel per offset: at 2 elements
 //    8-byte packs, two per thread, with no shifting at all; at 1 and 3 the straddling-load kernel
 //    with the offset fixed at compile time, which leaves a heavy op like sigmoid with the aligned
@@ -565,8 +567,8 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
 //    funnel shifts; odd offsets keep one kernel with the offset read at run time.
 template <class Tn, int Unroll>
 using RetiledTuning = Tuning<std::min(Tn::kBlock, 128), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
-template <class Tn>
-using ShiftedTuning = RetiledTuning<Tn, Tn::kUnroll>;
+template <class Tn, int K>
+using ShiftedTuning = std::conditional_t<(K > 1), Tn, RetiledTuning<Tn, Tn::kUnroll>>;
 template <class Tn>
 using HalfPackTuning = RetiledTuning<Tn, 2>;
 
@@ -575,7 +577,7 @@ using HalfPackTuning = RetiledTuning<Tn, 2>;
 template <class Tn, int N, bool kShfl, int S = 0, typename F, typename Out, typename... In>
 cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
                            Out* out, const In*... in) {
-  using Ts = ShiftedTuning<Tn>;
+  using Ts = ShiftedTuning<Tn, sizeof...(In)>;
   const int grid = grid_size(n / N, Ts::kUnroll, l, Ts::kBlock, Ts::kWaves);
   const int smem = resident_cap_smem(l, Ts::kBlock);
   static std::atomic<int> cache[2][kMaxDevices];
@@ -586,8 +588,13 @@ cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, con
                             cache[1], grid, Ts::kBlock, smem, l, f, static_cast<int64_t>(n), head, sh, out, in...);
 }
 
-// Straddling loads through warp shuffles (see load_shifted).
-constexpr bool kShiftByShuffle = true;
+// How the straddling loads of a launch with K inputs get each pack's second word (see
+// load_shifted): through a warp shuffle with two or more inputs, by each lane's own load with one.
+// With one input the second load per pack cost less than the shuffles: as measured, its views
+// gain on an H100 and are level on an H200, while two inputs lose on the H200 that way
+// (benchmarks/RESULTS.md, "Straddling loads per input count").
+template <int K>
+constexpr bool kShiftByShuffle = K > 1;
 
 // launch_map with the straddling-load variant spelled out (benchmarks compare the two).
 template <class Tn, bool kShfl, typename F, typename Out, typename... In>
@@ -628,7 +635,7 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
 // 4-byte input two elements from the output's offset, in 8-byte packs (see RetiledTuning).
 template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
-  return launch_map_with<Tn, kShiftByShuffle>(l, f, n, out, in...);
+  return launch_map_with<Tn, kShiftByShuffle<sizeof...(In)>>(l, f, n, out, in...);
 }
 
 }  // namespace ew
