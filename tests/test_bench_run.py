@@ -301,3 +301,49 @@ def test_numpy_suite_skips_what_host_memory_cannot_hold(fake_gpu, tmp_path, monk
     assert sizes == {1 << 8}
     assert any("2^12 float32 skipped" in n and "host memory" in n for n in doc["notes"])
     assert any("torch skipped" not in n for n in doc["notes"])
+
+
+def _view_run(monkeypatch, tmp_path, fail_torch_at=None):
+    """A simulated `--suites layouts` run in float32; returns (rows, notes, log of the view
+    timings in order: 'pyew' or 'torch'). fail_torch_at: PyTorch's view timing that raises (1-based)."""
+    import pyew
+    log = []
+    bias_timings = 2 * len(layout_suite.BIAS_OPS) * 2     # come first: row and channel, pyew and torch
+
+    class Recording(FakeTimer):
+        def measure(self, calls, reps, warmup=2, budget_ms=2000.0, check=None):
+            pyews = {getattr(pyew, name) for name in (*layout_suite.BIAS_OPS, *layout_suite.VIEW_OPS)}
+            log.append("pyew" if calls[0].func in pyews else "torch")
+            views = log[bias_timings:]
+            if views and views[-1] == "torch" and views.count("torch") == fail_torch_at:
+                raise RuntimeError("simulated failure")
+            return super().measure(calls, reps, warmup, budget_ms, check)
+
+    monkeypatch.setattr(timing, "GpuTimer", Recording)
+    rc = cli.main(["--quick", "--suites", "layouts", "--dtypes", "float32", "--out", str(tmp_path),
+                   "--no-png", "--max-time", "120"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert log[:bias_timings] == ["pyew", "torch"] * (bias_timings // 2)
+    return [r for r in doc["rows"] if r["suite"] == "layouts"], doc["notes"], log[bias_timings:]
+
+
+def test_views_alternate_with_torch_over_rounds(fake_gpu, tmp_path, monkeypatch, capsys):
+    rows, notes, log = _view_run(monkeypatch, tmp_path)
+    n_views = len(layout_suite.VIEW_OPS) * (1 + len(layout_suite.OFFSETS))
+    assert log == ["pyew", "torch"] * (layout_suite.VIEW_ROUNDS * n_views)
+    views = [r for r in rows if " view +" in r["name"]]
+    assert len(views) == 2 * n_views
+    assert len({(r["name"], r["impl"]) for r in views}) == len(views)       # one row each, the median
+    assert all(r["rounds"] == layout_suite.VIEW_ROUNDS and r["ms"] > 0 for r in views)
+    assert "views offset 1..7 elements" in capsys.readouterr().out
+    assert not any("failed" in n for n in notes)
+
+
+def test_a_view_timing_that_fails_drops_only_its_row(fake_gpu, tmp_path, monkeypatch, capsys):
+    rows, notes, log = _view_run(monkeypatch, tmp_path, fail_torch_at=2)   # the first view's second round
+    first = [r for r in rows if r["name"] == "relu view +0"]
+    assert [r["impl"] for r in first] == ["pyew"] and first[0]["rounds"] == layout_suite.VIEW_ROUNDS
+    assert log[:5] == ["pyew", "torch", "pyew", "torch", "pyew"]          # torch out after its failure
+    assert any("torch relu view +0 float32 failed" in n and "simulated failure" in n for n in notes)
+    assert {r["impl"] for r in rows if r["name"] == "relu view +1"} == {"pyew", "torch"}

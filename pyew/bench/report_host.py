@@ -308,14 +308,15 @@ def layouts_section(rows, copy_gbps) -> str:
     if groups:
         out += ["", "Views offset by k elements from a 256-byte aligned buffer (2^26 elements; the output is an "
                 "aligned array, the same for both libraries): the worst offset of 1..7 against the aligned run, "
-                "and against torch on the same views.", "",
+                "and against torch on the same views; each view's timings alternate between the libraries "
+                "over rounds, and each figure is the median of its rounds.", "",
                 "| op | dtype | aligned GB/s | worst offset GB/s (k) | worst / aligned | min torch time / pyew time |",
                 "|---|---|---|---|---|---|"]
         for name, dtype, aligned, offsets in groups:
             worst = min(offsets, key=lambda k: offsets[k][0])
             w = offsets[worst][0]
             ratios = [vs for _, vs in offsets.values() if vs is not None]
-            rt = f"{min(ratios):.2f}x" if ratios else "—"
+            rt = f"{min(ratios):.3f}x" if ratios else "—"
             out.append(f"| {name} | {dtype} | {aligned:.0f} | {w:.0f} ({worst}) | {100 * w / aligned:.1f}% | {rt} |")
     return "\n".join(out)
 
@@ -334,7 +335,7 @@ def layout_targets(rows, copy_gbps):
     if groups:
         worst_pct = min(100 * g / aligned for _, _, aligned, offsets in groups for g, _ in offsets.values())
         ratios = [vs for _, _, _, offsets in groups for _, vs in offsets.values() if vs is not None]
-        vs = f"{min(ratios):.2f}x" if ratios else "not measured"
+        vs = f"{min(ratios):.3f}x" if ratios else "not measured"
         v = (f"worst {worst_pct:.1f}% of aligned; torch time / pyew time min {vs}",
              worst_pct >= 95.0 and (not ratios or min(ratios) >= 1.0))
     else:
