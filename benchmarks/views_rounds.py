@@ -2,7 +2,7 @@
 is timed for every build and for PyTorch in turn, round after round, so that slow drifts of the
 GPU (clocks, temperature) fall on all of them alike; the median over rounds is reported, and the
 median over rounds of each build's time ratio to PyTorch's. Every build writes the same output
-buffer PyTorch writes (its `out=` form), and each build's result is checked against PyTorch's.
+buffer PyTorch writes (its `out=` form, as in the bench), and each build's result is checked against PyTorch's.
 
     PYTHONPATH=. python benchmarks/views_rounds.py [label=path/to/libew.so ...]
         [--ops sigmoid,relu,add] [--dtypes float32,float16,bfloat16] [--rounds 6]
@@ -18,15 +18,12 @@ from pathlib import Path
 import torch
 
 from pyew import dtypes, library, runtime
+from pyew.bench.peers import TORCH_INTO
 
 N = 1 << 26
 OFFSETS = range(8)
 REPS = 25
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-TORCH_INTO = {"sigmoid": lambda out, x: torch.sigmoid(x, out=out),
-              "relu": lambda out, x: torch.clamp_min(x, 0, out=out),
-              "add": lambda out, x, y: torch.add(x, y, out=out),
-              "mul": lambda out, x, y: torch.mul(x, y, out=out)}
 
 
 def median_ms(call, starts, ends) -> float:
@@ -53,7 +50,8 @@ class Calls:
     def __init__(self, op, dtype, libs, base, other, out, dims):
         self.op, self.dtype, self.base, self.other, self.out, self.dims = op, dtype, base, other, out, dims
         self.fns = {label: forward(lib, op, dtype) for label, lib in libs.items()}
-        self.two = op in ("add", "mul")
+        self.torch_fn = TORCH_INTO[op](torch, {})
+        self.two = len(next(iter(libs.values())).manifest.op(op).inputs) == 2
         self.nbytes = (3 if self.two else 2) * N * base.element_size()
 
     def _args(self, off):
@@ -63,7 +61,7 @@ class Calls:
     def make(self, name, off):
         args = self._args(off)
         if name == "torch":
-            return lambda: TORCH_INTO[self.op](self.out, *args)
+            return lambda: self.torch_fn(*args, out=self.out)
         fn, ptrs = self.fns[name], [t.data_ptr() for t in args]
 
         def run():
