@@ -71,9 +71,7 @@ def timed(run, suite, name, dtype, shape, impl, calls, extra=None):
     n = int(np.prod(shape))
     run.status(f"{name} {dtype} {_shape_label(shape)} {impl}")
     try:
-        first = calls[0]()
-        nbytes = traffic.nbytes_of(*calls[0].args, first)
-        del first
+        nbytes = traffic.bytes_of_call(calls[0])
         t = run.timer.measure(calls, run.args.repeat, warmup=1)
     except Exception as e:
         run.failed(f"{suite}: {impl} {name} {dtype} {_shape_label(shape)}", e)

@@ -41,9 +41,7 @@ def _alternating(run, name, dtype, shape, impls, extra) -> None:
     for impl, calls in impls:
         run.status(f"{name} {dtype} {impl}")
         try:
-            first = calls[0]()
-            nbytes = traffic.nbytes_of(*calls[0].args, first)
-            del first
+            nbytes = traffic.bytes_of_call(calls[0])
         except Exception as e:
             run.failed(f"layouts: {impl} {name} {dtype}", e)
             continue

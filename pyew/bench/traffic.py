@@ -38,6 +38,11 @@ def nbytes_of(*objs) -> int:
     return total
 
 
+def bytes_of_call(call) -> int:
+    """Run `call` (a functools.partial) once: the bytes of its arguments and of what it returns."""
+    return nbytes_of(*call.args, call())
+
+
 def gbps(nbytes: int, ms: float | None) -> float | None:
     """GB/s with GB = 1e9 bytes (the unit bandwidth datasheets use)."""
     if not ms or ms <= 0:
