@@ -1,6 +1,6 @@
 // Launch-shape sweep of the map kernel (libew/elementwise.cuh) on the current GPU.
 //
-//   make sweep && build/template_sweep [log2 n ...]
+//   make sweep [SWEEP_ARGS="log2 n ..."]      (builds build/template_sweep and runs it)
 //
 // Instantiates map_kernel under several Tunings (block, packs per trip, grid cap, layout, cache
 // hint) and times each on copy-like ops (relu float32/float16, add float32) and on the library's

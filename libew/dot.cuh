@@ -1,23 +1,14 @@
-// Dot product of two vectors in three flavours; the last two measure atomics (the third goes
-// through the FastAtomicAdd helper of fast_atomic.cuh, after PyTorch's fastAtomicAdd):
-//   fast         each thread accumulates its elements in Acc (float; double for float64), the block
-//                sums its threads with warp shuffles, and one thread per block does ONE atomicAdd
-//                into an Acc scratch word; a one-thread kernel then rounds it to the result dtype.
-//   half_atomic  (float16/bfloat16) the plain variant: per-thread float accumulation, then
-//                every thread does a 16-bit atomicAdd of its rounded partial sum on the result.
-//   half2_pack   (float16/bfloat16) the same per-thread partial sums, each added with the
-//                FastAtomicAdd helper into a half accumulator that sits at the start of the
-//                (4-byte aligned) scratch buffer, so every add is a paired half2/bfloat162 atomic
-//                {partial, -0}; a one-thread kernel copies the accumulator to the result.
-// The two per-thread-atomic variants exist to measure atomics; their accuracy is that of adding
-// thousands of rounded partial sums in half precision, not of the fast variant.
+// Dot product of two vectors ("fast", pyew.dot): each thread accumulates its elements in Acc
+// (float; double for float64), the block sums its threads with warp shuffles, and one thread per
+// block does ONE atomicAdd into an Acc scratch word; a one-thread kernel then rounds it to the
+// result dtype. (dot_atomics.cuh holds the per-thread-atomic variants the benchmark compares it
+// with; they are built into the benchmark library only.)
 //
 // Loads are packs of up to 16 bytes, as wide as both inputs' addresses allow; the tail past the
 // last whole pack goes one element per thread to the first threads. The grid is one wave of
 // resident blocks; each thread loops over the vectors.
 #pragma once
 #include "elementwise.cuh"
-#include "fast_atomic.cuh"
 
 namespace ew {
 
@@ -70,64 +61,36 @@ dot_fast_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, Acc
   if (threadIdx.x == 0) atomicAdd(sum, s);
 }
 
-template <int N, typename T>
-__global__ void __launch_bounds__(kBlock)
-dot_half_atomic_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, T* __restrict__ result) {
-  bool any;
-  const float s = thread_dot<N, T, float>(a, b, n, any);
-  if (any) atomicAdd(result, convert<T>(s));
-}
-
-template <int N, typename T>
-__global__ void __launch_bounds__(kBlock)
-dot_half2_pack_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, T* __restrict__ acc) {
-  bool any;
-  const float s = thread_dot<N, T, float>(a, b, n, any);
-  if (any) fast_atomic_add(acc, 0, 2, convert<T>(s));   // acc[0..1] is one aligned pair
-}
-
 template <typename T, typename S>
 __global__ void dot_finalize_kernel(T* result, const S* sum) {
   *result = convert<T>(*sum);
 }
-
-enum class DotMethod { kFast, kHalfAtomic, kHalf2Pack };
 
 inline int dot_grid(int64_t packs, const Launch& l) {
   const int64_t wave = std::max<int64_t>(1, int64_t(l.sms) * std::max(1, l.threads_per_sm / kBlock));
   return static_cast<int>(std::max<int64_t>(1, std::min((packs + kBlock - 1) / kBlock, wave)));
 }
 
-template <int N, DotMethod M, typename T, typename Acc>
-void launch_dot_n(const Launch& l, void* result, void* work, const T* a, const T* b, int64_t n) {
-  const int grid = dot_grid(n / N + 1, l);
-  if constexpr (M == DotMethod::kFast)
-    dot_fast_kernel<N, T, Acc><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<Acc*>(work));
-  else if constexpr (M == DotMethod::kHalfAtomic)
-    dot_half_atomic_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<T*>(result));
-  else
-    dot_half2_pack_kernel<N, T><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<T*>(work));
+// launch(w, grid) for the widest pack width w both inputs allow (nothing for n = 0).
+template <typename T, typename F>
+cudaError_t dot_packs(const Launch& l, const T* a, const T* b, int64_t n, F&& launch) {
+  if (n > 0) with_widest_pack<max_pack<T>()>([&](auto w) { launch(w, dot_grid(n / w.value + 1, l)); }, a, b);
+  return cudaGetLastError();
 }
 
-// result: one T. work: at least 8 bytes, 8-byte aligned (the Acc sum, or the half accumulator
-// pair); zeroed here, on the stream, so the entry point is self-contained.
-template <DotMethod M, typename T, typename Acc>
+// result: one T. work: at least 8 bytes, 8-byte aligned (the Acc sum); zeroed here, on the
+// stream, so the entry point is self-contained.
+template <typename T, typename Acc>
 cudaError_t launch_dot(const Launch& l, void* result, void* work, const T* a, const T* b, int64_t n) {
   if (n < 0 || !aligned_to(work, 8)) return cudaErrorInvalidValue;
   static_assert(sizeof(Acc) <= 8, "the scratch holds one Acc");
-  void* zeroed = M == DotMethod::kHalfAtomic ? result : work;
-  cudaError_t rc = cudaMemsetAsync(zeroed, 0, M == DotMethod::kHalfAtomic ? sizeof(T) : 8, l.stream);
+  cudaError_t rc = cudaMemsetAsync(work, 0, 8, l.stream);
+  if (rc == cudaSuccess)
+    rc = dot_packs(l, a, b, n, [&](auto w, int grid) {
+      dot_fast_kernel<w.value, T, Acc><<<grid, kBlock, 0, l.stream>>>(a, b, n, static_cast<Acc*>(work));
+    });
   if (rc != cudaSuccess) return rc;
-  if (n > 0) {
-    with_widest_pack<max_pack<T>()>(
-        [&](auto w) { launch_dot_n<w.value, M, T, Acc>(l, result, work, a, b, n); }, a, b);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess) return rc;
-  }
-  if constexpr (M == DotMethod::kFast)
-    dot_finalize_kernel<<<1, 1, 0, l.stream>>>(static_cast<T*>(result), static_cast<const Acc*>(work));
-  else if constexpr (M == DotMethod::kHalf2Pack)
-    dot_finalize_kernel<<<1, 1, 0, l.stream>>>(static_cast<T*>(result), static_cast<const T*>(work));
+  dot_finalize_kernel<<<1, 1, 0, l.stream>>>(static_cast<T*>(result), static_cast<const Acc*>(work));
   return cudaGetLastError();
 }
 

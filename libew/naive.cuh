@@ -1,7 +1,8 @@
 // The naive elementwise kernel: one element per thread, grid = ceil(n / 256), plain scalar
 // loads and stores, no grid-stride loop, no vector packs, no cache hints. It exists only as the
-// benchmark's baseline (ew_naive_<op>_<dtype>), generated from the same spec expression as the
-// tuned template of elementwise.cuh, so the two differ only in how they move memory.
+// benchmark's baseline (ew_naive_<op>_<dtype>, in the benchmark library libew_bench.so), generated
+// from the same spec expression as the tuned template of elementwise.cuh, so the two differ only
+// in how they move memory.
 #pragma once
 #include "ew_types.cuh"
 

@@ -1,4 +1,6 @@
-"""Page-locked numpy arrays: pyew.empty_pinned, and the pool that keeps their memory for reuse.
+"""Page-locked host memory: pyew.empty_pinned, the pool that keeps its blocks for reuse, and the
+CUDA calls that lock and free host memory (through `cuda`, a CudaHost; the CPU tests swap in a
+stand-in).
 
 The DMA engines read and write page-locked (pinned) host memory at the link's full rate. A plain
 numpy array has to be staged: copied through the transfer engine's pinned ring on the host, and,
@@ -21,13 +23,55 @@ import collections
 import contextlib
 import math
 import os
+import sys
 import threading
 
 import numpy as np
 
+from . import cudart, devices
 from . import dtypes as dt
-from . import runtime as rt
 from .errors import CudaError
+
+
+class CudaHost(cudart.Calls):
+    """The CUDA runtime calls about host memory."""
+
+    def alloc(self, nbytes: int) -> int:
+        err, ptr = self.rt.cudaHostAlloc(nbytes, self.rt.cudaHostAllocPortable)
+        if int(err) != 0:
+            raise CudaError(int(err), cudart.error_name(err), "cudaHostAlloc",
+                            f"cannot pin {nbytes} bytes of host memory; lower pyew's pinned budget "
+                            "(pyew.set_transfer_limits(pinned_bytes=...))")
+        return int(ptr)
+
+    def free(self, ptr: int) -> None:
+        if self.rt is not None and not sys.is_finalizing():
+            self.rt.cudaFreeHost(ptr)
+
+    def pinned(self, ptr: int) -> bool:
+        err, attrs = self.rt.cudaPointerGetAttributes(ptr)
+        return int(err) == 0 and attrs.type == self.rt.cudaMemoryType.cudaMemoryTypeHost
+
+
+cuda = CudaHost()
+
+
+def host_alloc(nbytes: int) -> int:
+    """Page-locked host memory (the DMA engines of every GPU read and write it at full PCIe speed)."""
+    devices.check_ordinal(0)            # NoDeviceError, not a CUDA error, without a GPU
+    return cuda.alloc(nbytes)
+
+
+def host_free(ptr: int) -> None:
+    if ptr:
+        cuda.free(ptr)
+
+
+def host_pinned(ptr: int) -> bool:
+    """Whether host address `ptr` is page-locked memory CUDA knows (cudaHostAlloc'd or registered),
+    which the DMA engines can read and write in place."""
+    return cuda.pinned(ptr)
+
 
 _BLOCK = 2 << 20          # larger blocks are rounded up to a multiple of this, so near sizes share
 
@@ -88,7 +132,7 @@ class _Pool:
         finally:
             self._drain_if_free()
         try:
-            return rt.host_alloc(size), kept
+            return host_alloc(size), kept
         except BaseException:
             if kept:
                 with self.lock:
@@ -100,14 +144,14 @@ class _Pool:
         """Free blocks of other sizes until `need` more bytes fit the limit. With the lock."""
         for size, blocks in self.free.items():
             while blocks and self.held + need > self.limit:
-                rt.host_free(blocks.pop())
+                host_free(blocks.pop())
                 self.held -= size
         return self.held + need <= self.limit
 
     def give_back(self, ptr: int, size: int, kept: bool) -> None:
         """Called from __del__: never waits for the lock (see `returned`)."""
         if not kept:
-            rt.host_free(ptr)
+            host_free(ptr)
             return
         self.returned.append((ptr, size))
         self._drain_if_free()
@@ -131,7 +175,7 @@ class _Pool:
             else:
                 self.held -= size
                 with contextlib.suppress(CudaError):
-                    rt.host_free(ptr)
+                    host_free(ptr)
 
     def set_limit(self, nbytes: int) -> None:
         try:
@@ -151,7 +195,7 @@ class _Pool:
                     while blocks:                  # popped first: a failed free leaves none behind
                         ptr = blocks.pop()
                         self.held -= size
-                        rt.host_free(ptr)
+                        host_free(ptr)
         finally:
             self._drain_if_free()
 
@@ -212,19 +256,14 @@ def pinned_or_empty(shape, dtype) -> np.ndarray:
     return got if got is not None else np.empty(shape, dtype)
 
 
-def locked_ends(a: np.ndarray) -> tuple[bool, bool]:
-    """Whether the first and the last byte of contiguous, non-empty `a` are page-locked."""
-    return rt.host_pinned(a.ctypes.data), rt.host_pinned(a.ctypes.data + a.nbytes - 1)
-
-
 def is_pinned(a: np.ndarray) -> bool:
     """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked): its
     first byte and, for a contiguous array, its last, since another library may have locked only
     part of it."""
-    if a.size == 0 or not rt.host_pinned(a.ctypes.data):    # pageable arrays: one query
+    if a.size == 0 or not host_pinned(a.ctypes.data):    # pageable arrays: one query
         return False
     contiguous = a.flags.c_contiguous or a.flags.f_contiguous
-    return not contiguous or rt.host_pinned(a.ctypes.data + a.nbytes - 1)
+    return not contiguous or host_pinned(a.ctypes.data + a.nbytes - 1)
 
 
 def set_limit(nbytes: int) -> None:
@@ -242,3 +281,9 @@ def held() -> int:
 
 def release() -> None:
     _pool.release()
+
+
+def forget() -> None:
+    """A new, empty pool (tests swapping `cuda`: the blocks of the old one are its calls')."""
+    global _pool
+    _pool = _Pool()

@@ -30,7 +30,6 @@ import collections
 import contextlib
 import ctypes
 import math
-import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -42,11 +41,9 @@ import numpy as np
 
 from . import pinned
 from . import runtime as rt
-from .errors import CudaError
 
 _MiB = 1 << 20
 _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte aligned
-_ALREADY_REGISTERED = 712       # cudaErrorHostMemoryAlreadyRegistered
 
 
 @dataclass(frozen=True)
@@ -58,9 +55,6 @@ class Limits:
     # its host copies split over the workers: below it streaming costs more than it gains
     # (benchmarks/RESULTS.md, crossover).
     small_bytes: int = 32 * _MiB
-    # "stage": copy through the pinned ring; "register": page-lock the caller's arrays in place and
-    # DMA straight from and to them (kept for the comparison in the benchmark).
-    mode: str = "stage"
 
 
 _limits = Limits()
@@ -74,14 +68,14 @@ def small_bytes() -> int:
 
 
 def transfer_limits() -> dict:
-    """The transfer engine's settings: pinned_bytes, device_bytes, threads, small_bytes, mode, and
+    """The transfer engine's settings: pinned_bytes, device_bytes, threads, small_bytes and
     pinned_pool_bytes (pyew.empty_pinned's pool)."""
     return dict(_limits.__dict__, pinned_pool_bytes=pinned.limit())
 
 
 def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | None = None,
                         threads: int | None = None, small_bytes: int | None = None,
-                        mode: str | None = None, pinned_pool_bytes: int | None = None) -> dict:
+                        pinned_pool_bytes: int | None = None) -> dict:
     """Change the transfer engine's limits (None keeps a setting); returns the previous settings.
 
     pinned_bytes: page-locked host memory the engine may hold (ring + small buffer), at least 1 MiB.
@@ -89,7 +83,6 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
         size stream through it.
     threads: worker threads for host copies and transfers (1..256).
     small_bytes: calls moving fewer bytes than this go in one shot, without workers.
-    mode: "stage" (copy through the pinned ring) or "register" (page-lock the caller's arrays).
     pinned_pool_bytes: page-locked memory pyew.empty_pinned's pool may keep, blocks in use
         included (0 keeps none); free blocks past it are freed now.
     The engine's pinned memory is freed now and allocated again on next use."""
@@ -107,10 +100,6 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
             raise ValueError(f"set_transfer_limits: {name} = {value} is out of range "
                              f"(at least {lo}{', at most 256' if name == 'threads' else ''})")
         new[name] = int(value)
-    if mode is not None:
-        if mode not in ("stage", "register"):
-            raise ValueError(f"set_transfer_limits: mode must be 'stage' or 'register', not {mode!r}")
-        new["mode"] = mode
     pool = new.pop("pinned_pool_bytes", None)
     if pool is not None:
         pinned.set_limit(pool)
@@ -156,6 +145,11 @@ class _Lane:
             self.event = rt.Event()
         self.raw = rt.RawStream(self.stream, ordinal)
         self.slot = slot
+
+    def wait(self) -> None:
+        """Wait for the lane's stream: its slot is free for the worker's next block."""
+        self.event.record(self.stream)
+        self.event.synchronize()
 
     def close(self) -> None:
         with rt.on(self.ordinal):
@@ -351,6 +345,57 @@ def _round(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+def _laid_out(base: int, views) -> list[int]:
+    """Where views go one after another from address base, each at a 256-byte boundary."""
+    ptrs = []
+    for v in views:
+        ptrs.append(base)
+        base += _round(v.nbytes)
+    return ptrs
+
+
+# ---- one block ---------------------------------------------------------------------------------
+
+def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
+          settle=None, copy=np.copyto) -> None:
+    """What every transfer does with a block: the host views `ins` go to their device pointers
+    (`ptrs`, of ins then outs), launch() queues the device work, the outputs come back into their
+    host views `outs`, settle() waits for the stream (by default on this thread), and the staged
+    outputs are copied into place. An operand `here` (a flag per operand; by default all when there
+    is no buf, else none) is page-locked and copied by DMA straight from or to; the others are
+    staged through buf from offset start, one after another at 256-byte boundaries. Staged inputs
+    that follow each other in both memories go up in one copy."""
+    here = here or [buf is None] * len(ptrs)
+    off, runs = start, []               # runs: [device pointer, host pointer, bytes, staged]
+    for v, dp, direct in zip(ins, ptrs, here):
+        if direct:
+            runs.append([dp, v.ctypes.data, v.nbytes, False])
+            continue
+        copy(buf.array(off, v.dtype, v.shape), v)
+        last = runs[-1] if runs else None
+        if last and last[3] and last[0] + _round(last[2]) == dp and last[1] + _round(last[2]) == buf.ptr + off:
+            last[2] = _round(last[2]) + v.nbytes
+        else:
+            runs.append([dp, buf.ptr + off, v.nbytes, True])
+        off += _round(v.nbytes)
+    for dp, src, n, _ in runs:
+        rt.copy_htod(dp, src, n, stream_cu)
+    if launch is not None:
+        launch()
+    staged = []
+    for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
+        rt.copy_dtoh(v.ctypes.data if direct else buf.ptr + off, dp, v.nbytes, stream_cu)
+        if not direct:
+            staged.append((v, off))
+            off += _round(v.nbytes)
+    if settle is None:
+        rt.stream_synchronize(stream_cu)
+    else:
+        settle()
+    for v, o in staged:
+        copy(v, buf.array(o, v.dtype, v.shape))
+
+
 # ---- one-way copies ------------------------------------------------------------------------------
 
 def to_device(host: np.ndarray, dptr: int, stream) -> None:
@@ -373,55 +418,33 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         with _small_lock:
             if up:
                 start = _upload_region(nbytes)
-                if start is not None:
-                    _copy(_small.array(start, host.dtype, host.shape), host)
-                    rt.copy_htod(dptr, _small.ptr + start, nbytes, stream.cu)
-                    _upload_queued(start, nbytes, stream)
+                if start is not None:       # queued, not waited for: the region stays taken until its copy ran
+                    _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy,
+                          settle=lambda: _upload_queued(start, nbytes, stream))
                     return
-            else:
-                buf = _small_buffer()
-                if nbytes <= buf.nbytes:
-                    rt.copy_dtoh(buf.ptr, dptr, nbytes, stream.cu)
-                    rt.stream_synchronize(stream.cu)
-                    _copy(host, buf.array(0, host.dtype, host.shape))
-                    return
+            elif nbytes <= _small_buffer().nbytes:
+                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy)
+                return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
     if flat is not None and pinned.is_pinned(host):
         # page-locked already (pyew.empty_pinned, or memory CUDA locked): one DMA in place
-        if up:
-            rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu)
-        else:
-            rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu)
-        rt.stream_synchronize(stream.cu)
+        _move(*_ends(host, up), [dptr], stream.cu)
         return
     with _engine_lock:
-        if _limits.mode == "register" and flat is not None:
-            if up:
-                _registered(host, lambda: rt.copy_htod(dptr, host.ctypes.data, nbytes, stream.cu), stream)
-            else:
-                _registered(host, lambda: rt.copy_dtoh(host.ctypes.data, dptr, nbytes, stream.cu), stream)
-            return
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
         def work(lane: _Lane, block):
             part = host[block] if flat is None else flat[block[0]]
             off = _block_offset(host.shape, block) if flat is None else block[0].start
-            staged = lane.slot.array(0, host.dtype, part.shape)
-            dev = dptr + off * host.dtype.itemsize
-            if up:
-                np.copyto(staged, part)
-                rt.copy_htod(dev, lane.slot.ptr, part.nbytes, lane.stream)
-            else:
-                rt.copy_dtoh(lane.slot.ptr, dev, part.nbytes, lane.stream)
-            lane.event.record(lane.stream)
-            lane.event.synchronize()           # the slot is this worker's again for its next block
-            if not up:
-                np.copyto(part, staged)
+            _move(*_ends(part, up), [dptr + off * host.dtype.itemsize], lane.stream, lane.slot, settle=lane.wait)
 
         shape = (host.size,) if flat is not None else host.shape
         _run_workers(list(chunks(shape, per)), work, stream, join=up)
 
 
+def _ends(view: np.ndarray, up: bool):
+    """A one-way copy's view as _move's (ins, outs)."""
+    return ([view], []) if up else ([], [view])
 
 
 def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
@@ -438,15 +461,6 @@ def _block_offset(shape, block) -> int:
     for n, sl in zip(shape, block):
         off = off * n + (sl.start or 0)
     return off
-
-
-def _registered(host: np.ndarray, copy: Callable[[], None], stream) -> None:
-    rt.host_register(host.ctypes.data, host.nbytes)
-    try:
-        copy()
-    finally:
-        rt.stream_synchronize(stream.cu)
-        rt.host_unregister(host.ctypes.data)
 
 
 # ---- the workers -------------------------------------------------------------------------------
@@ -565,20 +579,11 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
     per_elem += sum(o.dtype.itemsize / s for o, s in zip(outputs, out_scale))
     small_total = sum(op.array.nbytes for op in inputs) + sum(o.nbytes for o in outputs)
 
-    if small_total <= _limits.small_bytes:
-        with _small_lock:
-            buf = _small_buffer()
-            if _stream_small(inputs, outputs, shape, kernel, stream, buf, out_scale, in_scale, flat,
-                             scratch_per_elem):
-                return
-    with _engine_lock:
-        plan = None
-        if _limits.mode == "register" and flat and all(a.array.flags.c_contiguous for a in inputs) \
-                and all(o.flags.c_contiguous for o in outputs):
-            plan = _lock_plan([op.array for op in inputs] + list(outputs))
-        if plan is not None and _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale,
-                                                   align, per_elem, scratch_per_elem):
+    if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
+        ins, outs = _views(inputs, outputs, flat, tuple(slice(0, d) for d in space), out_scale, in_scale)
+        if one_shot(ins, outs, lambda dptrs, optrs, st: kernel(_chunk(ins, outs, dptrs + optrs, st)), stream):
             return
+    with _engine_lock:
         slot = _ring_slot_bytes()
         per_host = int((slot - _ALIGN * (len(inputs) + len(outputs) + 1)) / max(per_elem, 1e-9))
         per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
@@ -587,16 +592,17 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         per = max(align, min(per_host, per_dev, spread) // align * align)
         blocks = list(chunks(space, per))
         k = min(len(blocks), _limits.threads)
-        dev_bytes = _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale,
-                                           scratch_per_elem)
+        dev_bytes = _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale)
         lanes = _ensure_lanes(k, stream.ordinal)
         # page-locked operands of a flat call are copied straight from and into (no staging)
         direct = [flat and pinned.is_pinned(a) for a in [op.array for op in inputs] + list(outputs)]
         with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):
-                _stream_block(lane, block, scratch[id(lane)], inputs, outputs, shape, space, flat, kernel,
-                              out_scale, in_scale, direct)
+                ins, outs = _views(inputs, outputs, flat, block, out_scale, in_scale)
+                ptrs = _laid_out(scratch[id(lane)], ins + outs)
+                _move(ins, outs, ptrs, lane.stream, lane.slot, here=direct, settle=lane.wait,
+                      launch=lambda: kernel(_chunk(ins, outs, ptrs, lane.raw)))
 
             _run_workers(blocks, work, stream, join=False)
 
@@ -617,7 +623,7 @@ def _lane_scratch(lanes, nbytes: int):
                 rt.free(ptr, lane.raw)
 
 
-def _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale):
+def _views(inputs, outputs, flat, block, out_scale, in_scale):
     """The host views a block reads and writes: per input (view, shape), per output (view, shape)."""
     ins, outs = [], []
     if flat:
@@ -643,9 +649,8 @@ def _per_device(per_elem: float, operands: int) -> int:
     return max(1, int(share / max(per_elem, 1e-9)))
 
 
-def _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, in_scale, scratch_per_elem):
+def _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale):
     total = 0
-    n = math.prod(shape)
     for op, s in zip(inputs, in_scale):
         elems = per if (flat or math.prod(op.shape) == n) else min(math.prod(op.shape), per)
         total += _round(-(-elems // s) * op.array.dtype.itemsize)
@@ -654,57 +659,10 @@ def _device_bytes_per_lane(inputs, outputs, shape, space, per, flat, out_scale, 
     return total
 
 
-def _stream_block(lane, block, dbase, inputs, outputs, shape, space, flat, kernel, out_scale, in_scale,
-                  direct):
-    ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
-    s = lane.stream
-    # host copy in: every input block into the slot (a page-locked one is read in place), then one
-    # H2D per input
-    off = 0
-    dptrs, dshapes = [], []
-    doff = 0
-    for v, here in zip(ins, direct):
-        if here:
-            rt.copy_htod(dbase + doff, v.ctypes.data, v.nbytes, s)
-        else:
-            np.copyto(lane.slot.array(off, v.dtype, v.shape), v)
-            rt.copy_htod(dbase + doff, lane.slot.ptr + off, v.nbytes, s)
-            off += _round(v.nbytes)
-        dptrs.append(dbase + doff)
-        dshapes.append(tuple(v.shape))
-        doff += _round(v.nbytes)
-    optrs, oshapes = [], []
-    out_offs = []
-    for v in outs:
-        optrs.append(dbase + doff)
-        oshapes.append(tuple(v.shape))
-        out_offs.append((off, doff))
-        off += _round(v.nbytes)
-        doff += _round(v.nbytes)
-    kernel(DeviceChunk(tuple(dptrs), tuple(dshapes), tuple(optrs), tuple(oshapes), lane.raw))
-    out_direct = direct[len(ins):]
-    for v, (ho, do), here in zip(outs, out_offs, out_direct):
-        rt.copy_dtoh(v.ctypes.data if here else lane.slot.ptr + ho, dbase + do, v.nbytes, s)
-    lane.event.record(s)
-    lane.event.synchronize()
-    for v, (ho, _), here in zip(outs, out_offs, out_direct):
-        if not here:
-            np.copyto(v, lane.slot.array(ho, v.dtype, v.shape))
-
-
-def _stream_small(inputs, outputs, shape, kernel, stream, buf: Pinned, out_scale, in_scale, flat,
-                  scratch_per_elem) -> bool:
-    """One shot through the small pinned buffer on the caller's stream; False if it does not fit."""
-    n = math.prod(shape)
-    space = (n,) if flat else shape
-    block = tuple(slice(0, d) for d in space)
-    ins, outs = _views(inputs, outputs, shape, space, flat, block, out_scale, in_scale)
-
-    def launch(dptrs, optrs, st):
-        kernel(DeviceChunk(tuple(dptrs), tuple(tuple(v.shape) for v in ins), tuple(optrs),
-                           tuple(tuple(v.shape) for v in outs), st))
-
-    return _one_shot(ins, outs, launch, stream, buf)
+def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
+    k = len(ins)
+    return DeviceChunk(tuple(ptrs[:k]), tuple(v.shape for v in ins), tuple(ptrs[k:]), tuple(v.shape for v in outs),
+                       stream)
 
 
 def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream) -> bool:
@@ -712,8 +670,20 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     stream), copy the results into `outputs` and wait. False (nothing done) if they do not fit."""
     if sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs) > _limits.small_bytes:
         return False
+    ins, outs = list(inputs), list(outputs)
+    need = sum(_round(v.nbytes) for v in ins + outs)
     with _small_lock:
-        return _one_shot(inputs, outputs, launch, stream, _small_buffer())
+        buf = _small_buffer()
+        if need > buf.nbytes:
+            return False
+        dbase = rt.malloc(need, stream)
+        try:
+            ptrs = _laid_out(dbase, ins + outs)
+            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy,
+                  launch=lambda: launch(ptrs[:len(ins)], ptrs[len(ins):], stream))
+        finally:
+            rt.free(dbase, stream, need)
+    return True
 
 
 _PARALLEL_COPY_BYTES = 2 * _MiB      # a one-shot host copy larger than this is split over the workers
@@ -734,114 +704,3 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     futures = [pool.submit(np.copyto, d[i:i + step], s_[i:i + step]) for i in range(0, d.size, step)]
     for f in futures:
         f.result()
-
-
-def _one_shot(ins, outs, launch, stream, buf: Pinned) -> bool:
-    need = sum(_round(v.nbytes) for v in ins) + sum(_round(v.nbytes) for v in outs)
-    if need > buf.nbytes:
-        return False
-    dbase = rt.malloc(need, stream)
-    try:
-        off = 0
-        dptrs = []
-        for v in ins:
-            _copy(buf.array(off, v.dtype, v.shape), v)
-            dptrs.append(dbase + off)
-            off += _round(v.nbytes)
-        if off:
-            rt.copy_htod(dbase, buf.ptr, off, stream.cu)
-        first = off
-        optrs = []
-        for v in outs:
-            optrs.append(dbase + off)
-            off += _round(v.nbytes)
-        launch(dptrs, optrs, stream)
-        for v, dp in zip(outs, optrs):        # each output's own bytes: the padding was never written
-            rt.copy_dtoh(buf.ptr + (dp - dbase), dp, v.nbytes, stream.cu)
-        rt.stream_synchronize(stream.cu)
-        o = first
-        for v in outs:
-            _copy(v, buf.array(o, v.dtype, v.shape))
-            o += _round(v.nbytes)
-    finally:
-        rt.free(dbase, stream, need)
-    return True
-
-
-def _lock_plan(arrays) -> list[tuple[int, int]] | None:
-    """The (address, bytes) ranges the register mode page-locks for `arrays`: their pages, merged
-    where arrays share one (CUDA refuses to register a page twice), without the memory that is
-    page-locked already (pinned arrays). None when some array is partly locked (by another
-    library, say): such a call is staged instead."""
-    page = mmap.PAGESIZE
-    spans = sorted(((a.ctypes.data // page * page, -(-(a.ctypes.data + a.nbytes) // page) * page, a)
-                    for a in arrays if a.nbytes), key=lambda t: t[:2])
-    merged: list[list] = []
-    for lo, hi, a in spans:
-        if merged and lo < merged[-1][1]:          # a page in common
-            merged[-1][1] = max(merged[-1][1], hi)
-            merged[-1][2].append(a)
-        else:
-            merged.append([lo, hi, [a]])
-    plan = []
-    for lo, hi, group in merged:
-        locked = [end for a in group for end in pinned.locked_ends(a)]
-        if all(locked):
-            continue
-        if any(locked) or rt.host_pinned(lo) or rt.host_pinned(hi - 1):
-            return None
-        plan.append((lo, hi - lo))
-    return plan
-
-
-def _stream_registered(plan, inputs, outputs, n, kernel, stream, out_scale, in_scale, align, per_elem,
-                       scratch_per_elem) -> bool:
-    """The register mode: page-lock the host arrays in place (`plan`, from _lock_plan), then DMA
-    blocks straight between them and device scratch (no staging copies); unlock at the end. False,
-    with nothing done, when CUDA finds part of a range locked already (inside an array, where
-    _lock_plan does not look): the caller stages the call instead."""
-    done = []
-    try:
-        for ptr, nbytes in plan:
-            try:
-                rt.host_register(ptr, nbytes)
-            except CudaError as e:
-                if e.code == _ALREADY_REGISTERED:
-                    return False
-                raise
-            done.append(ptr)
-        per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
-        per = max(align, per_dev // align * align)
-        blocks = list(chunks((n,), per))
-        k = min(len(blocks), _limits.threads)
-        lanes = _ensure_lanes(k, stream.ordinal)
-        dev_bytes = _device_bytes_per_lane(inputs, outputs, (n,), (n,), per, True, out_scale, in_scale,
-                                           scratch_per_elem)
-        with _lane_scratch(lanes, dev_bytes) as scratch:
-
-            def work(lane, block):
-                s = lane.stream
-                ins, outs = _views(inputs, outputs, (n,), (n,), True, block, out_scale, in_scale)
-                ptrs = []
-                doff = 0
-                for v in ins + outs:
-                    ptrs.append(scratch[id(lane)] + doff)
-                    doff += _round(v.nbytes)
-                for v, dp in zip(ins, ptrs):
-                    rt.copy_htod(dp, v.ctypes.data, v.nbytes, s)
-                optrs = ptrs[len(ins):]
-                kernel(DeviceChunk(tuple(ptrs[:len(ins)]), tuple(tuple(v.shape) for v in ins), tuple(optrs),
-                                   tuple(tuple(v.shape) for v in outs), lane.raw))
-                for v, dp in zip(outs, optrs):
-                    rt.copy_dtoh(v.ctypes.data, dp, v.nbytes, s)
-                lane.event.record(s)
-                lane.event.synchronize()
-
-            _run_workers(blocks, work, stream, join=False)
-        return True
-    finally:
-        for ptr in done:
-            try:
-                rt.host_unregister(ptr)
-            except Exception:
-                pass

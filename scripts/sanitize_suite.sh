@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU test suite under compute-sanitizer, one run per tool (memcheck, racecheck, initcheck,
-# synccheck by default), each into $OUT/sanitize-<tool>.log, then one summary line per tool: the
+# synccheck by default), each into $LOG_DIR/sanitize-<tool>.log, then one summary line per tool: the
 # sanitizer's error count and pytest's result. With a GPU per tool (all GPUs, or those in GPUS,
 # e.g. GPUS="2 3") the tools run at once, one GPU each (CUDA_VISIBLE_DEVICES), else one after
 # another.
 #
-#   bash scripts/sanitize_suite.sh [tool ...]   # env: OUT (default gpu-out), LIMIT_S (seconds per
+#   bash scripts/sanitize_suite.sh [tool ...]   # env: LOG_DIR (default gpu-out), LIMIT_S (seconds per
 #                                               # tool, default 1800), MARK (default "gpu and not slow")
 #
 # CUDA API errors are not counted (--report-api-errors no): the suite provokes some on purpose
@@ -15,7 +15,7 @@
 # op's result holds one more reference than in a plain run (sys.getrefcount shows it), so it is
 # freed later; they run in the plain suite.
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+LOG_DIR=${LOG_DIR:-gpu-out}; mkdir -p "$LOG_DIR"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 tools=("$@"); [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck initcheck synccheck)
 limit=${LIMIT_S:-1800}
@@ -32,8 +32,8 @@ run_tool() {   # tool gpu
   local env=()
   [ -n "$gpu" ] && env=(CUDA_VISIBLE_DEVICES=$gpu)
   env "${env[@]}" timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 50 \
-    --error-exitcode 0 python3 -m pytest -q -p no:cacheprovider -m "$mark" -k "$skip" tests > "$OUT/sanitize-$tool.log" 2>&1
-  echo "exit status $?" >> "$OUT/sanitize-$tool.log"
+    --error-exitcode 0 python3 -m pytest -q -p no:cacheprovider -m "$mark" -k "$skip" tests > "$LOG_DIR/sanitize-$tool.log" 2>&1
+  echo "exit status $?" >> "$LOG_DIR/sanitize-$tool.log"
 }
 
 if [ "${#gpus[@]}" -ge "${#tools[@]}" ] && [ "${#tools[@]}" -gt 1 ]; then
@@ -45,10 +45,10 @@ else
 fi
 
 for t in "${tools[@]}"; do
-  log=$OUT/sanitize-$t.log
+  log=$LOG_DIR/sanitize-$t.log
   summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | tail -1)
   result=$(grep -E "^[0-9]+ (passed|failed)|passed|failed" "$log" | grep -E " in [0-9.]+s" | tail -1)
   rc=$(tail -1 "$log" | awk '{print $3}')
   [ "$rc" = 124 ] && result="stopped after ${limit}s: $result"
   echo "$t: ${summary:-no summary} | pytest: ${result:-no result (rc $rc)}"
-done | tee "$OUT/sanitize-summary.txt"
+done | tee "$LOG_DIR/sanitize-summary.txt"

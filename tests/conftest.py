@@ -39,7 +39,8 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(autouse=True)
-def _stand_in_memory_stays_in_its_test():
+def _stand_in_memory_stays_in_its_test(monkeypatch):
+    # with monkeypatch, so that this runs before a stand-in installed with it is taken out
     yield
     from . import fake_cuda
     fake_cuda.disarm()
@@ -61,7 +62,7 @@ def small_grid(monkeypatch):
     rt = pyew.runtime
     tiny = dataclasses.replace(rt.device(), sms=1, threads_per_sm=256, launch_threads_per_sm=256)
     pyew.transfer.release()             # lanes made before keep the real dims
-    monkeypatch.setitem(rt._props, tiny.ordinal, tiny)
+    monkeypatch.setitem(pyew.devices.gpus.props, tiny.ordinal, tiny)
     monkeypatch.delattr(rt.default_stream(tiny.ordinal), "dims", raising=False)   # read again from _props
     yield tiny
     pyew.transfer.release()
@@ -77,7 +78,7 @@ def resident_threads(monkeypatch):
     def use(threads: int):
         pyew.transfer.release()
         capped = dataclasses.replace(rt.device(), launch_threads_per_sm=threads)
-        monkeypatch.setitem(rt._props, capped.ordinal, capped)
+        monkeypatch.setitem(pyew.devices.gpus.props, capped.ordinal, capped)
         monkeypatch.delattr(rt.default_stream(capped.ordinal), "dims", raising=False)
         return capped
 
@@ -117,16 +118,30 @@ def jax_gpu():
 
 
 @pytest.fixture
-def fakes(monkeypatch, transfer_limits):
-    """The CPU stand-ins for the CUDA runtime and the kernels (tests/fake_cuda.py, fake_kernels.py),
-    with a transfer engine small enough that test-sized arrays stream in many blocks. The engine's
-    pinned slots are the stand-in's memory, so they are released with it."""
+def fake_runtime(monkeypatch, transfer_limits):
+    """The CPU stand-in for the CUDA runtime (tests/fake_cuda.py), with a transfer engine small
+    enough that test-sized arrays stream in many blocks. The engine's pinned slots are the
+    stand-in's memory, so they are released with it."""
     import pyew
 
-    from .fake_kernels import install_all
+    from . import fake_cuda
     transfer_limits(pinned_bytes=2 << 20, device_bytes=256 * 1024, threads=3, small_bytes=4096)
-    yield install_all(monkeypatch)
+    yield fake_cuda.install(monkeypatch)
     pyew.transfer.release()
+
+
+@pytest.fixture
+def fakes(fake_runtime, monkeypatch):
+    """fake_runtime and the stand-ins for the kernels (tests/fake_kernels.py), which follow the
+    built library's manifest: skipped with the reason where no library loads."""
+    import pyew
+
+    from . import fake_kernels
+    try:
+        pyew.library.get()
+    except pyew.LibraryError as e:
+        pytest.skip(f"libew.so not usable: {e}")
+    yield fake_kernels.install_all(monkeypatch)
 
 
 @pytest.fixture

@@ -7,60 +7,49 @@ import itertools
 
 import pytest
 
+from pyew import memory
 from pyew import runtime as rt
 from pyew.array import Buffer
 from pyew.errors import CudaError
 
-from .fake_cuda import one_gpu
+from .fake_cuda import install
 
 
 class PoolCalls:
-    """cudaMallocAsync / cudaFreeAsync of cuda-python, recorded; any other name is the real one."""
+    """memory.cuda's calls, recorded, over pointers that hold no memory."""
 
-    def __init__(self, real):
-        self._real = real
-        self.mallocs, self.frees, self.syncs, self.trims = [], [], [], []
+    def __init__(self):
+        self.mallocs, self.frees, self.trims = [], [], []
         self.out_of_memory = 0            # how many of the next allocations fail
         self._next = itertools.count(1 << 20, 1 << 12)
 
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def cudaMallocAsync(self, nbytes, stream):
+    def alloc(self, nbytes, stream):
         if self.out_of_memory:
             self.out_of_memory -= 1
-            return (self._real.cudaError_t.cudaErrorMemoryAllocation, 0)
+            return None
         ptr = next(self._next)
         self.mallocs.append((ptr, nbytes))
-        return (0, ptr)
+        return ptr
 
-    def cudaFreeAsync(self, ptr, stream):
+    def free(self, ptr, stream):
         self.frees.append(ptr)
-        return (0,)
 
-    def cudaMemGetInfo(self):
-        return (0, 1 << 20, 1 << 30)
-
-    def cudaMemPoolTrimTo(self, pool, keep):
+    def trim_pool(self, pool, keep):
         self.trims.append(keep)
-        return (0,)
 
 
 @pytest.fixture
 def pool(monkeypatch):
-    one_gpu(monkeypatch, rt.DeviceProps(0, "fake", (9, 0), 4, 2048, 1 << 30, 1 << 20, None))
-    calls = PoolCalls(rt._rt)
-    monkeypatch.setattr(rt, "_rt", calls)
-    monkeypatch.setattr(rt, "_stream_sync", calls.syncs.append)   # whichever wait the library installed
-    stream = rt._DefaultStream(0)            # a fresh one: no buffers kept by other tests
-    stream.cu = 0
-    monkeypatch.setitem(rt._defaults, 0, stream)
-    return calls, stream
+    fake = install(monkeypatch)
+    calls = PoolCalls()
+    calls.syncs = fake.streams.synced
+    monkeypatch.setattr(memory, "cuda", calls)
+    return calls, rt.DEFAULT_STREAM
 
 
 def test_small_frees_are_kept_per_size_then_handed_out(pool):
     calls, s = pool
-    ptrs = [rt.malloc(256, s) for _ in range(rt._REUSE_PER_SIZE + 1)]
+    ptrs = [rt.malloc(256, s) for _ in range(memory._REUSE_PER_SIZE + 1)]
     assert [p for p, _ in calls.mallocs] == ptrs
     for p in ptrs:
         rt.free(p, s, 256)
@@ -73,8 +62,8 @@ def test_small_frees_are_kept_per_size_then_handed_out(pool):
 
 def test_what_is_never_kept(pool, monkeypatch):
     calls, s = pool
-    big = rt.malloc(rt._REUSE_MAX_BYTES + 1, s)
-    rt.free(big, s, rt._REUSE_MAX_BYTES + 1)
+    big = rt.malloc(memory._REUSE_MAX_BYTES + 1, s)
+    rt.free(big, s, memory._REUSE_MAX_BYTES + 1)
     unsized = rt.malloc(64, s)
     rt.free(unsized, s)                                # no size given: a plain free
     assert calls.frees == [big, unsized]
@@ -90,7 +79,7 @@ def test_what_is_never_kept(pool, monkeypatch):
 
 def test_the_total_bounds_what_is_held_and_comes_back_when_taken(pool, monkeypatch):
     calls, s = pool
-    monkeypatch.setattr(rt, "_REUSE_TOTAL_BYTES", 3072)
+    monkeypatch.setattr(memory, "_REUSE_TOTAL_BYTES", 3072)
     a, b, c = rt.malloc(1024, s), rt.malloc(2048, s), rt.malloc(512, s)
     for p, size in ((a, 1024), (b, 2048), (c, 512)):
         rt.free(p, s, size)
@@ -146,7 +135,7 @@ def test_out_of_memory_gives_the_kept_buffers_back_then_tries_again(pool):
     calls.out_of_memory = 1
     p = rt.malloc(1 << 26, s)
     assert sorted(calls.frees) == sorted(kept)         # every kept buffer went back to the pool
-    assert calls.syncs == [0]                          # and its frees finished before the retry
+    assert calls.syncs == [s.cu]                          # and its frees finished before the retry
     assert (p, 1 << 26) == calls.mallocs[-1] and s.held == 0
     assert all(not v for v in s.reuse.values())
 
@@ -171,6 +160,6 @@ def test_trim_pool_gives_the_kept_buffers_back_first(pool):
     a = rt.malloc(1 << 24, s)
     rt.free(a, s, 1 << 24)
     rt.trim_pool()
-    assert calls.frees == [a] and calls.syncs == [0] and calls.trims == [0] and s.held == 0
+    assert calls.frees == [a] and calls.syncs == [s.cu] and calls.trims == [0] and s.held == 0
     rt.trim_pool(keep_bytes=5)                         # nothing kept now: the pool alone
-    assert calls.frees == [a] and calls.syncs == [0] and calls.trims == [0, 5]
+    assert calls.frees == [a] and calls.syncs == [s.cu] and calls.trims == [0, 5]

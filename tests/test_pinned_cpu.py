@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import pyew
-from pyew import pinned, transfer
+from pyew import devices, memory, pinned, streams, transfer
 
-from .fake_cuda import device_view, install
+from .fake_cuda import NoCuda, device_view, install
 
 MiB = 1 << 20
 
@@ -22,6 +22,7 @@ class _S:
     handle = 0
     ordinal = 0
     dims = (4, 2048)
+    reuse = None
 
 
 @pytest.fixture
@@ -100,13 +101,13 @@ def test_a_block_freed_by_the_collector_under_the_pool_lock(fake, monkeypatch):
     cycle = [pyew.empty_pinned(MiB // 4)]             # a 1 MiB block only the collector frees
     cycle.append(cycle)
     del cycle
-    free = fake.host_free
+    free = fake.host.free
 
     def collecting_free(ptr):
         gc.collect()
         free(ptr)
 
-    monkeypatch.setattr(pinned.rt, "host_free", collecting_free)
+    monkeypatch.setattr(fake.host, "free", collecting_free)
     got = []
     gc.disable()
     try:
@@ -132,7 +133,7 @@ def test_a_block_returned_while_another_thread_holds_the_lock(fake, monkeypatch)
     a = pyew.empty_pinned(MiB // 2)                   # a 2 MiB block, then free in the pool
     del a
     box = [pyew.empty_pinned(MiB // 4)]               # a 1 MiB block another thread lets go
-    free, waiting = fake.host_free, []
+    free, waiting = fake.host.free, []
 
     def free_while_another_thread_returns(ptr):
         t = threading.Thread(target=box.clear)
@@ -141,7 +142,7 @@ def test_a_block_returned_while_another_thread_holds_the_lock(fake, monkeypatch)
         waiting.append(len(pinned._pool.returned))
         free(ptr)
 
-    monkeypatch.setattr(pinned.rt, "host_free", free_while_another_thread_returns)
+    monkeypatch.setattr(fake.host, "free", free_while_another_thread_returns)
     c = pyew.empty_pinned(MiB)                        # 4 MiB more: evicts the free block under the lock
     assert waiting == [1], "the returned block should have waited for the lock"
     assert not pinned._pool.returned and len(pinned._pool.free.get(MiB, [])) == 1
@@ -161,7 +162,7 @@ def test_the_default_limit_is_shared_by_the_hosts_gpus(monkeypatch, tmp_path, gp
     real_listdir = pinned.os.listdir
     monkeypatch.setattr(pinned.os, "listdir",
                         lambda p: real_listdir(listing) if p == "/proc/driver/nvidia/gpus" else real_listdir(p))
-    monkeypatch.setattr(pinned.rt, "device_count", lambda: pytest.fail("the limit started CUDA"))
+    monkeypatch.setattr(devices, "cuda", NoCuda())          # the limit must not start CUDA
     assert pinned._default_limit() == limit
     assert pinned._Pool().limit == limit
 
@@ -169,8 +170,8 @@ def test_the_default_limit_is_shared_by_the_hosts_gpus(monkeypatch, tmp_path, gp
 def test_reading_and_setting_limits_leaves_cuda_alone(monkeypatch):
     """A process may set the limits and then fork workers: that must not have started CUDA."""
     transfer.release()                  # memory earlier tests left to the engine (on a GPU host)
-    for name in ("device_count", "host_alloc", "host_free", "malloc", "new_stream"):
-        monkeypatch.setattr(pinned.rt, name, lambda *a, _n=name: pytest.fail(f"{_n} was called"))
+    for part in (devices, streams, memory, pinned):
+        monkeypatch.setattr(part, "cuda", NoCuda())
     monkeypatch.setattr(pinned, "_pool", pinned._Pool())
     old = transfer.transfer_limits()
     assert old["pinned_pool_bytes"] == pinned._default_limit()

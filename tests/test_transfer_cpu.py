@@ -9,12 +9,11 @@ import time
 import numpy as np
 import pytest
 
-import pyew
 from pyew import pinned, transfer
 from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
-from .helpers import covered, run_in_threads
+from .helpers import run_in_threads
 
 
 class _S:
@@ -22,6 +21,7 @@ class _S:
     handle = 0
     ordinal = 0
     dims = (4, 2048)
+    reuse = None
 
 
 S = _S()
@@ -206,52 +206,6 @@ def test_pinned_memory_is_bounded_and_released(fake):
     assert transfer.pinned_bytes_held() == 0 and fake.pinned_bytes() == 0
 
 
-def test_register_mode(fake):
-    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
-    x = np.arange(100_000, dtype=np.float32)
-    out = np.empty_like(x)
-    transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
-    assert np.array_equal(out, 2 * x)
-    assert not fake.registered, "every registration is undone"
-
-
-def test_register_mode_leaves_locked_memory_alone(fake):
-    """Page-locked operands are used as they are (CUDA refuses to register them again); a second
-    view of an array's memory is registered once with it."""
-    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
-    x = pyew.empty_pinned(100_000)
-    x[...] = np.arange(x.size, dtype=np.float32)
-    y = np.arange(100_000, dtype=np.float32)
-    out = y.reshape(100, 1000).reshape(-1)            # another object over y's memory
-    assert out is not y and out.ctypes.data == y.ctypes.data
-    transfer.stream_call([transfer.HostOperand(x, x.shape), transfer.HostOperand(y, y.shape)], [out],
-                         x.shape, _add_kernel, S)
-    assert np.array_equal(out, 2 * np.arange(100_000, dtype=np.float32))
-    assert len(fake.register_calls) == 1 and covered(fake.register_calls, y)
-    assert not covered(fake.register_calls, x)
-    assert not fake.registered and pinned.is_pinned(x)
-
-
-@pytest.mark.parametrize("first", ["head", "tail"])
-def test_register_mode_with_overlapping_arrays(fake, first):
-    """Arrays over overlapping parts of one buffer, in either order: their pages are registered
-    once, as one range, and unregistered at the end."""
-    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
-    base = np.arange(150_000, dtype=np.float32)
-    head, tail = base[:100_000], base[50_000:]
-    a, b = (head, tail) if first == "head" else (tail, head)
-    want = a + b
-    out = np.empty(100_000, np.float32)
-    transfer.stream_call([transfer.HostOperand(a, a.shape), transfer.HostOperand(b, b.shape)], [out],
-                         a.shape, _add_kernel, S)
-    assert np.array_equal(out, want)
-    for arr in (head, tail, out):
-        assert covered(fake.register_calls, arr)
-    spans = sorted(fake.register_calls)
-    assert all(p + n <= q for (p, n), (q, _) in zip(spans, spans[1:])), "a page registered twice"
-    assert not fake.registered
-
-
 def _read_from(log, a) -> bool:
     """Whether a copy in `log` read any of a's bytes."""
     lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
@@ -259,25 +213,25 @@ def _read_from(log, a) -> bool:
 
 
 @pytest.mark.parametrize("locked", ["head", "middle"])
-def test_register_mode_stages_partly_locked_arrays(fake, locked):
+def test_partly_locked_arrays_are_staged(fake, locked):
     """An array part of which another library has page-locked (its first half, or one page inside
-    it) cannot be registered: the call is staged instead, copying the array through the slots and
-    not straight from it, and that library's registration is left alone."""
-    transfer.set_transfer_limits(mode="register", device_bytes=64 * 1024, threads=2, small_bytes=0)
+    it) is not pinned as a whole: the call copies it through the slots, not straight from it, and
+    that library's lock is left alone."""
+    transfer.set_transfer_limits(device_bytes=64 * 1024, threads=2, small_bytes=0)
     x = np.arange(100_000, dtype=np.float32)
     start = x.ctypes.data if locked == "head" else -(-(x.ctypes.data + x.nbytes // 2) // 4096) * 4096
-    fake.host_register(start, x.nbytes // 2 if locked == "head" else 4096)
-    fake.register_calls.clear()
+    fake.lock_range(start, x.nbytes // 2 if locked == "head" else 4096)
+    assert not pinned.is_pinned(x)
     out = np.empty_like(x)
     transfer.stream_call([transfer.HostOperand(x, x.shape)] * 2, [out], x.shape, _add_kernel, S)
     assert np.array_equal(out, 2 * x)
-    assert fake.registered == {start}, "a registration of the call was left behind"
     assert not _read_from(fake.copy_log, x), "the partly locked array was read in place"
-    fake.host_unregister(start)
+    assert fake.host_pinned(start)
+    fake.unlock_range(start)
 
 
 @pytest.mark.parametrize("kw,err", [({"pinned_bytes": 10}, ValueError), ({"threads": 0}, ValueError),
-                                    ({"threads": 1.5}, TypeError), ({"mode": "fast"}, ValueError),
+                                    ({"threads": 1.5}, TypeError), ({"small_bytes": -1}, ValueError),
                                     ({"device_bytes": -1}, ValueError)])
 def test_limits_are_checked(kw, err):
     before = transfer.transfer_limits()

@@ -12,7 +12,7 @@ import pytest
 
 import pyew
 
-from .helpers import covered, random_array, run_in_threads
+from .helpers import random_array, run_in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -151,33 +151,6 @@ def test_the_pools_default_counts_the_hosts_gpus():
     this process sees."""
     from pyew import pinned
     assert pinned._host_gpus() >= pyew.device_count() >= 1
-
-
-def test_register_mode_over_pinned_and_overlapping_arrays(rng, transfer_limits, monkeypatch):
-    """The register mode with a pinned operand and two overlapping views of one pageable buffer
-    (whose pages numpy's allocator may also share with out's): each page is locked once, as CUDA
-    refuses a second registration, the pinned operand not at all, and the values are right."""
-    from pyew import pinned
-    from pyew import runtime as rt
-    calls = []
-    register = rt.host_register
-    monkeypatch.setattr(rt, "host_register", lambda p, n: (calls.append((p, n)), register(p, n))[1])
-    transfer_limits(mode="register", small_bytes=0, device_bytes=8 << 20, threads=3)
-    n = 2 * (1 << 20) + 77
-    base = random_array(rng, n + 1000, "float32")
-    head, tail = base[:n], base[1000:]
-    p = pyew.empty_pinned(n)
-    p[...] = random_array(rng, n, "float32")
-    out = np.full(n, np.nan, np.float32)
-
-    np.testing.assert_array_equal(pyew.add(head, tail, out=out), head + tail)
-    assert all(covered(calls, a) for a in (head, tail, out)), "the call was not registered"
-    calls.clear()
-    r = pyew.add(tail, p)
-    np.testing.assert_array_equal(r, tail + p)
-    assert covered(calls, tail) and covered(calls, r) and not any(q <= p.ctypes.data < q + k for q, k in calls)
-    np.testing.assert_array_equal(pyew.mul(p, p), p * p)
-    assert not pinned.is_pinned(base) and not pinned.is_pinned(out), "every registration is undone"
 
 
 def test_streamed_calls_over_pinned_operands(rng, transfer_limits):

@@ -1,6 +1,5 @@
-"""dot: a 1-D dot product with float32 accumulation and one atomic per block ("fast"), and the
-two half-precision atomic variants (PyTorch's FastAtomicAdd and plain 16-bit atomics) kept to
-compare them in the benchmark."""
+"""dot: a 1-D dot product with float32 accumulation and one atomic per block (the library's "fast"
+entry; the per-thread atomic variants it was measured against live in the benchmark library)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,19 +15,15 @@ class DotOp:
     def __init__(self, op: library.Op):
         self.op = op
         self.name = op.name
-        roles = {e.role for k in op.kernels for e in k.entries}
-        self.methods = sorted(roles, key=lambda m: (m != "fast", m))
 
-    def __call__(self, a, b, /, *, method="fast", out=None, stream=None):
+    def __call__(self, a, b, /, *, out=None, stream=None):
         op = self.name
         s = rt.resolve_stream(stream)
-        if method not in self.methods:
-            raise ValueError(f"{op}: unknown method {method!r}; methods: {', '.join(self.methods)}")
         ao = call.array_operand(a, op, "a", s)
         bo = call.array_operand(b, op, "b", s)
         # numpy's dot keeps the promoted dtype (int stays int): that dtype needs a kernel itself
         info = lookup_dtype(result_dtype([ao, bo], op))
-        entry = call.kernel_for(self.op, info, method, f"(method={method!r})")
+        entry = call.kernel_for(self.op, info, "fast")
         if len(ao.shape) != 1 or len(bo.shape) != 1 or ao.shape != bo.shape:
             raise ValueError(f"{op}: a and b must be 1-D of one length, got shapes {ao.shape} and {bo.shape}")
         device = ao.kind == DEVICE or bo.kind == DEVICE or call.device_out(out, s, op) is not None
@@ -50,7 +45,7 @@ class DotOp:
                 d = cast(d, info, s)
                 keep.append(d)
             ptrs.append(d.ptr)
-        work = Buffer(8, s)     # the float32/float64 sum or the half accumulator pair; zeroed by the entry
+        work = Buffer(8, s)     # the float32/float64 sum; zeroed by the entry
         keep.append(work)
         res = out if isinstance(out, DeviceArray) else DeviceArray._alloc((), info, s)
         res._buf.used_on(s)
@@ -64,24 +59,14 @@ class DotOp:
 @binder("dot")
 def bind_dot(op: library.Op):
     d = DotOp(op)
-    params = [P("a", P.POSITIONAL_ONLY), P("b", P.POSITIONAL_ONLY), P("method", P.KEYWORD_ONLY, default="fast")]
-    params += list(OUT_STREAM)
-    per_method = "; ".join(
-        f"{m}: {', '.join(k.dtype.name for k in op.kernels if k.entry(m) is not None)}" for m in d.methods)
+    params = [P("a", P.POSITIONAL_ONLY), P("b", P.POSITIONAL_ONLY)] + list(OUT_STREAM)
     doc = "\n".join([
         op.doc, "",
-        f"r = {op.name}(a, b, method='fast'): a, b 1-D of one length (dtypes promote as in numpy); r is a 0-d "
-        "array of the result dtype (numpy in) or a 0-d DeviceArray (GPU in). n = 0 gives 0.",
-        "method:",
-        "  fast        per-thread and per-block sums in float32 (float64 for float64), one atomicAdd per "
-        "block into a float32 scratch word, then rounded once to the dtype: within the dtype's rounding "
-        "of the exact dot plus float32 summation error.",
-        "  half_atomic per-thread float32 sums, each rounded to the dtype and added with a 16-bit "
-        "atomicAdd straight into the result.",
-        "  half2_pack  the same per-thread sums, each added with FastAtomicAdd: a paired half2/bfloat162 "
-        "atomic {sum, -0} on an aligned accumulator pair, then copied to the result.",
-        "  The last two add one rounded partial sum per thread in half precision: much less accurate "
-        "than fast; they exist to compare the atomics.",
-        f"dtypes per method: {per_method}. out= (size 1) and stream= as for the other ops.",
+        f"r = {op.name}(a, b): a, b 1-D of one length (dtypes promote as in numpy); r is a 0-d array of the "
+        "result dtype (numpy in) or a 0-d DeviceArray (GPU in). n = 0 gives 0.",
+        "Per-thread and per-block sums in float32 (float64 for float64), one atomicAdd per block into a float32 "
+        "scratch word, then rounded once to the dtype: within the dtype's rounding of the exact dot plus float32 "
+        "summation error.",
+        f"dtypes: {', '.join(k.dtype.name for k in op.kernels)}. out= (size 1) and stream= as for the other ops.",
     ])
     return {op.name: make_function(op.name, d.__call__, params, doc)}

@@ -1,0 +1,135 @@
+"""The fusion suite: formulas as one kernel on the GPU against their bytes' floor at the copy rate and the
+peers, numpy in and out (numexpr has no erf: it computes gelu's tanh form), first calls (compiling, and
+in a new process from the disk cache) and a cached formula's host time on 1-element arrays."""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .. import kinds
+from .. import runtime as rt
+from ..array import empty
+from ..fused import evaluate
+from ..interop import asarray
+from .harness import Suite, Table, gpu, host, random_device, random_host_n
+
+GELU, SIX = "gelu(x * w + b)", "silu(x * w + b) * y + z * 0.5"
+NE_GELU = "0.5 * (x * w + b) * (1 + tanh(0.7978845608 * ((x * w + b) + 0.044715 * (x * w + b) ** 3)))"
+# each formula's dtype, sizes, inputs; its forms in torch.nn.functional, cupy.fuse, an ElementwiseKernel, pyew ops
+CASES = {
+    GELU: dict(dtype="float32", sizes=(1 << 26, 1 << 28), names="xwb",
+               eager=lambda F: lambda x, w, b: F.gelu(x * w + b),
+               fuse=lambda cp, sp: lambda x, w, b: 0.5 * (x * w + b) * (1 + sp.erf((x * w + b) * 0.7071067811865476)),
+               ek=("T x, T w, T b", "T y", "float t = x * w + b; y = 0.5f * t * (1.0f + erff(t * 0.70710678f))"),
+               ops=lambda t, x, w, b: t["gelu"](t["add"](t["mul"](x, w), b))),
+    SIX: dict(dtype="float16", sizes=(1 << 26,), names="xwbyz",
+              eager=lambda F: lambda x, w, b, y, z: F.silu(x * w + b) * y + z * 0.5,
+              fuse=lambda cp, sp: lambda x, w, b, y, z: (x * w + b) / (1 + cp.exp(-(x * w + b))) * y + z * 0.5,
+              ek=("T x, T w, T b, T y, T z", "T o", "float t = (float)x * (float)w + (float)b; "
+                  "o = (T)(t / (1.0f + __expf(-t)) * (float)y + (float)z * 0.5f)"),
+              ops=lambda t, x, w, b, y, z: t["add"](t["mul"](t["silu"](t["add"](t["mul"](x, w), b)), y),
+                                                    t["mul"](z, 0.5))),
+}
+DISK_SCRIPT = """
+import time, numpy as np, pyew
+x = pyew.asarray(np.ones(1024, np.float32)); pyew.synchronize()
+t = time.perf_counter(); pyew.evaluate({f!r}, local_dict=dict(x=x, w=x, b=x)); pyew.synchronize()
+print((time.perf_counter() - t) * 1e3)
+"""
+
+
+def run_fusion(run) -> None:
+    table = kinds.table()
+    for f, case in CASES.items():
+        dtype, names = case["dtype"], case["names"]
+        for n in _sizes(run, case["sizes"]):
+            ins, out = [random_device(run.rng, dtype, n) for _ in names], empty(n, dtype)
+            env, nbytes = dict(zip(names, ins)), (len(names) + 1) * n * out.itemsize
+            calls = {"pyew": functools.partial(evaluate, f, env, out=out),
+                     "pyew op by op": functools.partial(case["ops"], table, **env)}
+            if "torch" in run.peers:
+                t, ts = run.peers["torch"].mod, [run.peers["torch"].wrap(a) for a in ins]
+                calls["torch"] = functools.partial(case["eager"](t.nn.functional), *ts)
+                calls["torch.compile"] = functools.partial(t.compile(case["eager"](t.nn.functional)), *ts)
+                run.add(suite="fusion", name="first call", dtype=dtype, n=0, impl="torch.compile",
+                        ms=_first_ms(calls["torch.compile"]), formula=f)
+            if "cupy" in run.peers:
+                import cupyx.scipy.special as sp
+                cp, cs = run.peers["cupy"].mod, [run.peers["cupy"].wrap(a) for a in ins]
+                fused_fn = cp.fuse(kernel_name="pyew_bench_fused")(case["fuse"](cp, sp))   # a lambda's name won't do
+                calls["cupy.fuse"] = functools.partial(fused_fn, *cs)
+                ek = cp.ElementwiseKernel(*case["ek"], f"pyew_bench_{abs(hash(f))}")
+                calls["cupy ElementwiseKernel"] = functools.partial(ek, *cs)
+            for impl, c in calls.items():
+                row = run.measure("fusion", f, dtype, n, impl, functools.partial(gpu, run, [c], 1), bytes=nbytes)
+                if row and run.copy_gbps:
+                    row["x_floor"] = row["ms"] / (nbytes / (run.copy_gbps * 1e6))
+            del ins, env, out, calls
+            rt.synchronize()
+    _numpy(run, table)
+    _compile_times(run, table)
+
+
+def _first_ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    rt.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _sizes(run, sizes) -> list[int]:
+    """The suite's sizes, or with --sizes those within them (at least the largest given)."""
+    top = max(run.args.sizes)
+    return ([n for n in sizes if n <= top] or [top]) if run.args.sizes_given else list(sizes)
+
+
+def _numpy(run, table) -> None:
+    n = _sizes(run, (1 << 26,))[0]
+    xs = {c: random_host_n(run.rng, "float32", n) for c in "xwb"}
+    calls = {"pyew": functools.partial(evaluate, GELU, xs),
+             "pyew op by op": functools.partial(CASES[GELU]["ops"], table, **xs)}
+    if "numexpr" in run.peers:
+        calls["numexpr"] = functools.partial(run.peers["numexpr"].mod.evaluate, NE_GELU, xs)
+    for impl, fn in calls.items():
+        run.measure("fusion numpy", GELU, "float32", n, impl, functools.partial(host, fn, budget_s=2.0),
+                    bytes=16 * n)
+
+
+def _compile_times(run, table) -> None:
+    """First call of a new formula (compiling), then in a new process (disk cache); a cached one's host time."""
+    new, x1 = f"gelu(x * w + b) * {time.time_ns() % 997 + 2}", asarray(np.ones(1, np.float32))
+    with tempfile.TemporaryDirectory() as cache:
+        old = os.environ.get("PYEW_CACHE_DIR")
+        os.environ["PYEW_CACHE_DIR"] = cache
+        try:
+            run.add(suite="fusion", name="first call", dtype="float32", n=0, impl="pyew",
+                    ms=_first_ms(functools.partial(evaluate, new, dict(x=x1, w=x1, b=x1))))
+            r = subprocess.run([sys.executable, "-c", DISK_SCRIPT.format(f=new)], capture_output=True, text=True,
+                               env=dict(os.environ), timeout=300)
+            if r.returncode == 0:
+                run.add(suite="fusion", name="first call, new process", dtype="float32", n=0, impl="pyew",
+                        ms=float(r.stdout.split()[-1]))
+            else:
+                run.note(f"fusion: the new-process run failed: {r.stderr.strip().splitlines()[-1:]}")
+        finally:
+            os.environ.pop("PYEW_CACHE_DIR") if old is None else os.environ.__setitem__("PYEW_CACHE_DIR", old)
+    for impl, fn in (("pyew.evaluate", functools.partial(evaluate, "x * w + b", dict(x=x1, w=x1, b=x1))),
+                     ("pyew.add", functools.partial(table["add"], x1, x1))):
+        run.measure("fusion host", "1 element", "float32", 1, impl, functools.partial(host, fn))
+
+
+SUITES = (Suite("fusion", "formulas as one kernel: pyew.evaluate vs op by op, PyTorch eager, torch.compile, "
+                "cupy.fuse, CuPy ElementwiseKernel, numexpr; compile and cache times", run_fusion,
+                (Table("Fused formulas on the GPU (ms; x floor: the bytes at the copy rate)", "fusion",
+                       value=("ms", "x_floor"), keys=("name", "dtype", "n"), where=lambda r: r["n"]),
+                 Table("Fused formulas, numpy in and out (ms)", "fusion numpy", value=("ms",)),
+                 Table("First calls (ms)", "fusion", value=("ms",), keys=("name", "dtype"),
+                       where=lambda r: not r["n"]),
+                 Table("Host time per call, 1-element DeviceArrays (µs)", "fusion host", value=("us_per_call",),
+                       base="pyew.evaluate"))),)
