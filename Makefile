@@ -3,12 +3,18 @@
 # make all                 generate from the spec and build build/libew.so
 # make all SPEC="libew/ops.toml my_ops.toml"   add your own ops
 # make all SPEC='libew/ops.toml "my ops/extra.toml"'   a path with spaces goes in double quotes
-# make lint | bench | sweep | wheel | clean
+# make bench               build/libew_bench.so (the kernels only the benchmark compares with), then
+#                          python -m pyew bench $(BENCH_ARGS) on the GPU
+# make sweep               build and run the launch-shape sweep (benchmarks/template_sweep.cu)
+# make lint | wheel | clean
 SPEC ?= libew/ops.toml
 PYTHON ?= python3
 NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
-ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-        -gencode arch=compute_90,code=compute_90
+# sm_90 code (H100, H200) and compute_90 PTX (later GPUs compile it at load). A100 (sm_80) needs
+# ARCH="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# -gencode arch=compute_90,code=compute_90", which compiles every kernel twice (build times in
+# benchmarks/RESULTS.md, "Building the library").
+ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
 EXTRA_NVCCFLAGS ?=
 BUILD ?= build
@@ -29,7 +35,8 @@ GEN_ARGS = --out $(call shq,$(BUILD)) --spec-list $(call shq,$(SPEC)) \
 # Generating and building hold $(BUILD)/.lock: two builds into one folder take turns.
 LOCKED = $(PYTHON) -m generator.lock $(call shq,$(BUILD)/.lock) --
 
-.PHONY: all generate deps check-nvcc locked-all locked-generate test demo lint bench sweep wheel clean
+.PHONY: all generate deps check-nvcc locked-all locked-generate test demo lint bench bench-lib locked-bench-lib \
+        sweep wheel clean
 
 all: check-nvcc deps
 	@$(LOCKED) $(MAKE) --no-print-directory locked-all
@@ -59,15 +66,26 @@ check-nvcc:
 	       "put its bin/ on PATH, or set CUDA_HOME=/path/to/cuda or NVCC=/path/to/nvcc" >&2; exit 1; }
 
 -include $(BUILD)/gen/sources.mk
+-include $(BUILD)/gen/bench/sources.mk
 OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(GEN_SOURCES)) \
         $(patsubst libew/%.cu,$(BUILD)/obj/libew_%.o,$(LIBEW_SOURCES))
+BENCH_OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(BENCH_SOURCES))
 
-CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Xcompiler -fPIC,-fvisibility=hidden \
+# Device code is stored compressed for size where nvcc has --compress-mode (several times smaller
+# than the default compression), decompressed when the library loads each module.
+ifeq ($(origin FATBIN_COMPRESS),undefined)
+FATBIN_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -e '--compress-mode' && echo --compress-mode=size)
+endif
+CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) $(FATBIN_COMPRESS) -Xcompiler -fPIC,-fvisibility=hidden \
           -Ilibew -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 
 $(BUILD)/libew.so: $(OBJS)
 	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
+
+$(BUILD)/libew_bench.so: $(BENCH_OBJS)
+	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
+	@echo "built $@ ($(words $(BENCH_OBJS)) objects)"
 
 # pyew's C extension, which calls the entry points without ctypes (stable ABI: any Python >= 3.11
 # with the GIL). Without the Python headers, on a free-threaded Python, or if the compile fails, it
@@ -96,7 +114,7 @@ $(BUILD)/obj/libew_%.o: libew/%.cu
 	@echo "nvcc $<"
 	@$(NVCC) $(CUFLAGS) -c $< -o $@
 
--include $(filter %.d,$(OBJS:.o=.d))
+-include $(filter %.d,$(OBJS:.o=.d) $(BENCH_OBJS:.o=.d))
 
 test:
 	@$(PYTHON) scripts/deps.py run build test
@@ -112,17 +130,30 @@ lint:
 	@$(PYTHON) scripts/deps.py test
 	$(PYTHON) -m ruff check .
 
-bench: all
-	$(PYTHON) -m pyew bench
+# The benchmark library holds the naive one-element-per-thread twins of BENCH_NAIVE's map ops and
+# dot's per-thread atomic methods: kernels users never call, so libew.so does not carry them.
+BENCH_NAIVE ?= mul
+BENCH_ARGS ?=
+bench: bench-lib
+	PYEW_LIB=$(call shq,$(abspath $(BUILD))/libew.so) $(PYTHON) -m pyew bench $(BENCH_ARGS)
+
+bench-lib: all
+	@$(LOCKED) $(MAKE) --no-print-directory locked-bench-lib
+
+locked-bench-lib:
+	$(PYTHON) -m generator $(GEN_ARGS) --bench $(call shq,$(BENCH_NAIVE))
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/libew_bench.so
 
 # a wheel with libew.so inside (nvcc needed); SPEC=... builds other specs in
 wheel:
 	PYEW_SPEC=$(call shq,$(SPEC)) $(PYTHON) -m pip wheel --no-deps -w dist .
 
-# launch-shape sweep of the map kernel (benchmarks/template_sweep.cu); runs on the GPU. It uses
-# the default spec's gelu, gelu_tanh and elu device functions from $(BUILD)/gen/fn.
+# launch-shape sweep of the map kernel (benchmarks/template_sweep.cu), built and run on the GPU with
+# SWEEP_ARGS (log2 sizes; default 28 25). It uses the default spec's device functions from $(BUILD)/gen/fn.
+SWEEP_ARGS ?=
 sweep: all
 	@$(MAKE) --no-print-directory $(BUILD)/template_sweep
+	$(BUILD)/template_sweep $(SWEEP_ARGS)
 
 $(BUILD)/template_sweep: benchmarks/template_sweep.cu $(HEADERS) $(BUILD)/libew.so
 	$(NVCC) $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) -Ilibew -I$(BUILD)/gen -o $@ $<

@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     ap.add_argument("--make-var", action="append", default=[], type=_make_var, metavar="NAME=VALUE",
                     help="a make variable given on make's command line, recorded in the manifest's "
                          "build_command (repeatable)")
+    ap.add_argument("--bench", default=None, metavar="NAIVE_OPS",
+                    help="also the benchmark library's sources (OUT/gen/bench): the naive twins of these map "
+                         "ops (separated by spaces or commas; make's BENCH_NAIVE) and dot's atomic methods")
     args = ap.parse_args(argv)
     paths = list(args.spec)
     if args.spec_list is not None:
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
         print("generator: error: no spec files given", file=sys.stderr)
         return 1
     try:
-        from .render import GeneratorError, build_command, generate
+        from .render import GeneratorError, build_command, generate, generate_bench
         from .spec import SpecError, load
     except ImportError as e:
         print(f"generator: error: cannot import {e.name or e}: the generator needs mako, numpy and "
@@ -53,12 +56,17 @@ def main(argv=None) -> int:
         spec = load(paths)
         out = Path(args.out)
         counts = generate(spec, out, build_command(spec, out, args.make_var))
+        if args.bench is not None:
+            bench = generate_bench(spec, out, args.bench.replace(",", " ").split())
     except (SpecError, GeneratorError) as e:
         print(f"generator: error: {e}", file=sys.stderr)
         return 1
     n = len(spec.kernels())
     print(f"generator: {len(spec.ops)} ops, {n} kernels; {counts['written']} files written, "
           f"{counts['unchanged']} unchanged, {counts['removed']} removed")
+    if args.bench is not None:
+        print(f"generator: benchmark library: {bench['written']} files written, {bench['unchanged']} unchanged, "
+              f"{bench['removed']} removed")
     return 0
 
 

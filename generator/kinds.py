@@ -2,6 +2,10 @@
 the entry points it produces. `map` is the plain elementwise op; the others are the special
 kernels (relu with a bitmask, nearest upsampling, dot, scatter_add). The ABI argument kinds are
 read back by pyew's loader to declare ctypes argtypes.
+
+A kind's `bench_entries` are kernels only the benchmark compares libew's with (a map op's naive
+one-element-per-thread twin, dot's per-thread atomic methods): they go into the benchmark library
+(build/libew_bench.so, `make bench`), never into libew.so.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Callable
 from .abi import LAUNCH, param_kind, symbol
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
-ALL = FLOATS + ("int32", "int64")
+ALL = FLOATS + ("int32", "int64", "bool")
 
 
 @dataclass(frozen=True)
@@ -34,17 +38,23 @@ class Kind:
     entries: Callable
     # the Python functions pyew binds for an op of this kind, from its name (pyew/kinds/)
     functions: Callable = lambda name: (name,)
+    bench_entries: Callable = lambda op, d: []
+
+
+def _map_args(op):
+    args = (("out", "out"),) + tuple((i, "in") for i in op.inputs) + (("n", "i64"),)
+    return args + tuple((p.name, param_kind(p)) for p in op.params)
 
 
 def _map_entries(op, d):
-    args = (("out", "out"),) + tuple((i, "in") for i in op.inputs) + (("n", "i64"),)
-    args += tuple((p.name, param_kind(p)) for p in op.params)
-    # "strided" takes numpy broadcasting and strided inputs (a layout of shape and strides);
-    # "naive" is the one-element-per-thread kernel of the same expression, built only so the
-    # benchmark can show what the vectorised template gains over it.
-    return [Entry("forward", symbol(op.name, d), args + LAUNCH),
-            Entry("strided", symbol(op.name, d, "strided"), args + (("layout", "layout"),) + LAUNCH),
-            Entry("naive", symbol(op.name, d, variant="naive"), args + LAUNCH)]
+    # "strided" takes numpy broadcasting and strided inputs (a layout of shape and strides)
+    return [Entry("forward", symbol(op.name, d), _map_args(op) + LAUNCH),
+            Entry("strided", symbol(op.name, d, "strided"), _map_args(op) + (("layout", "layout"),) + LAUNCH)]
+
+
+def _map_bench_entries(op, d):
+    # the one-element-per-thread kernel of the same expression: what the vectorised template gains
+    return [Entry("naive", symbol(op.name, d, variant="naive"), _map_args(op) + LAUNCH)]
 
 
 def _relu_mask_entries(op, d):
@@ -65,15 +75,18 @@ def _upsample_entries(op, d):
     ]
 
 
-DOT_METHODS = {"float32": ("fast",), "float64": ("fast",),
-               "float16": ("fast", "half_atomic", "half2_pack"),
-               "bfloat16": ("fast", "half_atomic", "half2_pack")}
+# result: one element of the dtype; work: 2 float32 scratch words (zeroed by the entry point)
+_DOT_ARGS = (("result", "out"), ("work", "out"), ("a", "in"), ("b", "in"), ("n", "i64")) + LAUNCH
 
 
 def _dot_entries(op, d):
-    # result: one element of the dtype; work: 2 float32 scratch words (zeroed by the entry point)
-    args = (("result", "out"), ("work", "out"), ("a", "in"), ("b", "in"), ("n", "i64")) + LAUNCH
-    return [Entry(m, symbol(op.name, d, m), args) for m in DOT_METHODS[d.name]]
+    return [Entry("fast", symbol(op.name, d, "fast"), _DOT_ARGS)]
+
+
+def _dot_bench_entries(op, d):
+    # per-thread 16-bit atomics, plain and paired (FastAtomicAdd): what one atomic per block gains
+    methods = ("half_atomic", "half2_pack") if d.name in ("float16", "bfloat16") else ()
+    return [Entry(m, symbol(op.name, d, m), _DOT_ARGS) for m in methods]
 
 
 def _scatter_entries(op, d):
@@ -90,8 +103,9 @@ def _scatter_entries(op, d):
 _COMMON = frozenset({"doc", "dtypes"})
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("map", "map.cu.mako", frozenset({"inputs", "dtypes", "expr", "ref", "doc"}),
-         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out", "rtol", "tuning"}, ALL, 1, 8, ("x",),
-         _map_entries),
+         _COMMON | {"inputs", "expr", "ref", "params", "pair", "out", "rtol", "tuning", "ufunc", "fixed", "ulp",
+                    "launch"}, ALL, 1, 8, ("x",),
+         _map_entries, bench_entries=_map_bench_entries),
     Kind("relu_mask", "relu_mask.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON | {"inputs"}, FLOATS, 1, 2, ("x",), _relu_mask_entries),
     Kind("mask_backward", "mask_backward.cu.mako", frozenset({"dtypes", "doc"}),
@@ -99,7 +113,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("upsample_nearest2d", "upsample_nearest2d.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON, FLOATS, 1, 1, ("x",), _upsample_entries, lambda name: (name, f"{name}_backward")),
     Kind("dot", "dot.cu.mako", frozenset({"dtypes", "doc"}),
-         _COMMON, ("float32", "float16", "bfloat16", "float64"), 2, 2, ("a", "b"), _dot_entries),
+         _COMMON, ("float32", "float16", "bfloat16", "float64"), 2, 2, ("a", "b"), _dot_entries,
+         bench_entries=_dot_bench_entries),
     Kind("scatter_add", "scatter_add.cu.mako", frozenset({"dtypes", "doc"}),
          _COMMON, ("float32", "float16", "bfloat16", "float64"), 1, 1, ("src",), _scatter_entries),
 )}

@@ -19,6 +19,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pyew import dtypes as dt
 
 from . import abi
@@ -60,9 +62,18 @@ class Op:
     rtol: float | None = None                  # test tolerance override for float32/float64
     calls: tuple[str, ...] = ()                # names the expression calls unqualified: f(...)
     tuning: str | None = None                  # "memory" | "compute"; None: see op_tuning
+    ufunc: str | None = None                   # the numpy ufunc it implements, where its name differs
+    fixed: tuple[tuple[str, str], ...] = ()    # (input name, dtype name): inputs of a dtype of their own
+    ulp: int | None = None                     # test tolerance for float32, in ulp of the rounded reference
+    launch: str = "tuned"                      # "tuned" | "basic": the contiguous entry's kernels (LAUNCHES)
 
     def out_dtype(self, dtype: dt.DType) -> dt.DType:
         return dt.BY_NAME[self.out] if self.out else dtype
+
+    def in_dtypes(self, dtype: dt.DType) -> tuple[dt.DType, ...]:
+        """Each input's dtype in the kernel of `dtype`: its fixed dtype, else `dtype`."""
+        fixed = dict(self.fixed)
+        return tuple(dt.BY_NAME[fixed[i]] if i in fixed else dtype for i in self.inputs)
 
     def pair_expr(self, dtype: dt.DType) -> str | None:
         return dict(self.pair).get(dtype.name)
@@ -88,6 +99,10 @@ class Kernel:
     @property
     def out_dtype(self) -> dt.DType:
         return self.op.out_dtype(self.dtype)
+
+    @property
+    def in_dtypes(self) -> tuple[dt.DType, ...]:
+        return self.op.in_dtypes(self.dtype)
 
     def entries(self):
         return self.op.kind_info.entries(self.op, self.dtype)
@@ -326,14 +341,63 @@ def parse_op(entry, path, index: int = 1) -> Op:
     rtol = entry.get("rtol")
     if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1):
         _fail(path, name, "rtol", f"must be a number in (0, 1), got {nm.show(rtol)}")
+    ulp = entry.get("ulp")
+    if ulp is not None and (isinstance(ulp, bool) or not isinstance(ulp, int) or not 0 <= ulp <= MAX_ULP):
+        _fail(path, name, "ulp", f"must be a whole number of ulp in 0..{MAX_ULP}, got {nm.show(ulp)}")
     tuning = entry.get("tuning")
     if tuning is not None and (not isinstance(tuning, str) or tuning not in TUNINGS):
         _fail(path, name, "tuning", f"must be one of {', '.join(map(repr, TUNINGS))}, got {nm.show(tuning)}")
+    launch = entry.get("launch", "tuned")
+    if not isinstance(launch, str) or launch not in LAUNCHES:
+        _fail(path, name, "launch", f"must be one of {', '.join(map(repr, LAUNCHES))}, got {nm.show(launch)}")
+    ufunc = _ufunc(entry.get("ufunc"), path, name)
+    fixed = _fixed(entry.get("fixed"), inputs, kind, path, name)
+    if fixed and pairs:
+        _fail(path, name, "pair", "an op with fixed input dtypes has no paired form (its inputs are of "
+              "different types); leave 'pair' out")
     op = Op(name=name, kind=kind_name, inputs=inputs, dtypes=dtypes, doc=doc, source=str(path),
             expr=expr, ref=ref, params=params, pair=tuple(sorted(pairs)), out=out, calls=calls,
-            rtol=None if rtol is None else float(rtol), tuning=tuning)
+            rtol=None if rtol is None else float(rtol), tuning=tuning, ufunc=ufunc, fixed=fixed, ulp=ulp,
+            launch=launch)
     _check_entry_args(op, path)
     return op
+
+
+def _ufunc(value, path, op):
+    """The `ufunc` field: the __name__ of a numpy ufunc (what numpy hands __array_ufunc__)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not nm.IDENT.fullmatch(value):
+        _fail(path, op, "ufunc", f"must be the name of a numpy ufunc, not {nm.show(value)}")
+    u = getattr(np, value, None)
+    if not isinstance(u, np.ufunc):
+        _fail(path, op, "ufunc", f"numpy has no ufunc {value!r} (np.{value} is "
+              f"{'missing' if u is None else 'not a ufunc'}); name the ufunc the op implements, e.g. \"subtract\"")
+    if u.__name__ != value:
+        _fail(path, op, "ufunc", f"np.{value} is the ufunc {u.__name__!r}: write ufunc = \"{u.__name__}\" "
+              "(the name numpy passes to __array_ufunc__)")
+    return value
+
+
+def _fixed(value, inputs, kind: Kind, path, op):
+    """The `fixed` field: {input = "dtype"} for inputs whose dtype does not follow the op's (where's
+    condition is bool whatever x and y are); as sorted (input, dtype name) pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        _fail(path, op, "fixed", f"must be a table {{input = \"dtype\"}}, not {nm.show(value)}")
+    out = []
+    for k, v in value.items():
+        if k not in inputs:
+            _fail(path, op, "fixed", f"{nm.show(k)} is not one of the op's inputs ({', '.join(inputs)})")
+        if not isinstance(v, str) or v not in kind.dtypes:
+            _fail(path, op, "fixed", f"input {k!r}: {nm.show(v)} is not a dtype a '{kind.name}' op takes; "
+                  f"known: {', '.join(kind.dtypes)}")
+        out.append((k, v))
+    if len(out) == len(inputs):
+        _fail(path, op, "fixed", "fixes the dtype of every input; at least one input must follow the op's "
+              "dtype (it decides which kernel runs)")
+    return tuple(sorted(out))
 
 
 def _check_entry_args(op: Op, path):
@@ -404,7 +468,27 @@ def load(paths) -> Spec:
         raise SpecError(f"{', '.join(spec_path(p) for p in paths) or '(no files)'}: no ops defined")
     _check_calls(ops)
     _check_names(ops)
+    _check_ufuncs(ops)
     return Spec(tuple(ops), tuple(files))
+
+
+def _check_ufuncs(ops):
+    """Each numpy ufunc maps to one op (the op whose `ufunc` names it, else the op of that name), so
+    no two ops may name the same ufunc, nor may an op name another op's name."""
+    by_name = {o.name: o for o in ops}
+    claimed: dict[str, Op] = {}
+    for o in ops:
+        if o.ufunc is None:
+            continue
+        first = claimed.get(o.ufunc)
+        if first is not None:
+            _fail(o.source, o.name, "ufunc", f"np.{o.ufunc} is already implemented by op '{first.name}' "
+                  f"({first.source}); each ufunc maps to one op")
+        other = by_name.get(o.ufunc)
+        if other is not None and other is not o:
+            _fail(o.source, o.name, "ufunc", f"{o.ufunc!r} is also the name of op '{other.name}' ({other.source}): "
+                  "np." + o.ufunc + " would map to two ops; drop the field or rename one op")
+        claimed[o.ufunc] = o
 
 
 def _check_calls(ops):
@@ -456,8 +540,8 @@ def _check_calls(ops):
 
 
 def _check_names(ops):
-    """Entry-point symbols are unique across all spec files (a map op naive_relu would export
-    ew_naive_relu_f32, which op relu's naive entry already is), and so are pyew's function names
+    """Entry-point symbols are unique across all spec files (a map op relu_strided would export
+    ew_relu_strided_f32, which op relu's strided entry already is), and so are pyew's function names
     (upsample_nearest2d also binds upsample_nearest2d_backward)."""
     seen: dict[str, tuple] = {f.symbol: (None, None, "the runtime") for f in abi.RUNTIME}
     for o in ops:
@@ -483,15 +567,24 @@ def _check_names(ops):
 # Launch shapes of the map kernel (ew::MemoryBoundTuning / ew::ComputeBoundTuning in
 # libew/elementwise.cuh), chosen per op; benchmarks/RESULTS.md has the sweep behind them.
 TUNINGS = ("memory", "compute")
+# The kernels behind a map op's entries: "tuned", launch_map and launch_map_strided
+# (libew/elementwise.cuh, broadcast.cuh), with a kernel per view offset for one-input ops and 32-
+# and 64-bit indices; "basic", libew/map_basic.cuh's, about half as many (libew/ops.toml's header).
+LAUNCHES = ("tuned", "basic")
+MAX_ULP = 1 << 20
 # Calls that cost a few instructions at most: they leave an op "memory".
 CHEAP_CALLS = frozenset({
     "C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf", "abs",
-    "copysign", "copysignf", "ew::wrap_add", "ew::wrap_sub", "ew::wrap_mul"})
+    "copysign", "copysignf", "floor", "ceil", "trunc", "rint", "ew::wrap_add", "ew::wrap_sub", "ew::wrap_mul",
+    # libew/ew_numpy.cuh's selects, bit tests and single instructions
+    "ew::np::negative", "ew::np::absolute", "ew::np::sign", "ew::np::reciprocal", "ew::np::floor",
+    "ew::np::ceil", "ew::np::trunc", "ew::np::invert", "ew::np::is_nan", "ew::np::is_inf", "ew::np::is_finite",
+    "ew::np::sign_bit", "ew::np::maximum", "ew::np::minimum", "ew::np::fmax", "ew::np::fmin", "ew::np::clip"})
 
 
 @functools.lru_cache(maxsize=4096)
-def _all_calls(text: str) -> tuple[str, ...]:
-    return tuple(c.name for c in ex.calls(ex.check(text)))
+def _all_calls(text: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((c.name, c.plain) for c in ex.calls(ex.check(text)))
 
 
 def op_tuning(op: Op, spec: Spec) -> str:
@@ -501,10 +594,10 @@ def op_tuning(op: Op, spec: Spec) -> str:
     if op.tuning is not None:
         return op.tuning
     names = {o.name for o in spec.ops}
-    for c in _all_calls(op.expr) if op.expr else ():
+    for c, plain in _all_calls(op.expr) if op.expr else ():
         if c in CHEAP_CALLS:
             continue
-        if c in names:
+        if plain and c in names:       # an op (::exp(x) is CUDA's exp, also inside an op named exp)
             if c != op.name and op_tuning(spec.op(c), spec) == "compute":
                 return "compute"
             continue

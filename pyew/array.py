@@ -1,7 +1,9 @@
-"""DeviceArray: a C-contiguous n-d array in GPU memory, and how it leaves pyew (numpy through the
-transfer engine; the CUDA Array Interface and DLPack for other GPU libraries)."""
+"""DeviceArray: a C-contiguous n-d array in GPU memory; its numpy behaviour (operators, numpy's
+ufuncs, reshape, printing); and how it leaves pyew (numpy through the transfer engine, explicitly;
+the CUDA Array Interface and DLPack for other GPU libraries)."""
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import sys
@@ -91,11 +93,65 @@ def normalize_shape(shape) -> tuple[int, ...]:
     return shape
 
 
+# Operators and numpy's ufuncs run through pyew.ufuncs, which sits above this module (it needs the
+# op table) and hands itself over here when it is imported; pyew's package imports it.
+_ufuncs = None
+
+
+def use_ufuncs(module) -> None:
+    global _ufuncs
+    _ufuncs = module
+
+
+def _arith(ufunc: str, stem: str):
+    """__<stem>__, __r<stem>__ and __i<stem>__ of an arithmetic operator: numpy's `ufunc`."""
+    def forward(self, other):
+        return _ufuncs.binary(ufunc, self, other)
+
+    def reflected(self, other):
+        return _ufuncs.reflected(ufunc, self, other)
+
+    def inplace(self, other):
+        return _ufuncs.inplace(ufunc, self, other)
+    return _named(forward, f"__{stem}__"), _named(reflected, f"__r{stem}__"), _named(inplace, f"__i{stem}__")
+
+
+def _compare(ufunc: str, stem: str):
+    def compare(self, other):
+        return _ufuncs.binary(ufunc, self, other)
+    return _named(compare, f"__{stem}__")
+
+
+def _unary(ufunc: str, stem: str):
+    def unary(self):
+        return _ufuncs.unary(ufunc, self)
+    return _named(unary, f"__{stem}__")
+
+
+def _named(fn, name: str):
+    fn.__name__ = name
+    fn.__qualname__ = f"DeviceArray.{name}"
+    return fn
+
+
 class DeviceArray:
     """A C-contiguous array on the GPU. Ops take and return DeviceArrays without host copies;
-    .get() or np.asarray() brings the data back; torch.from_dlpack, cupy.asarray and others take it
-    without a copy (DLPack, CUDA Array Interface)."""
+    .get() brings the data back; torch.from_dlpack, cupy.asarray and others take it without a copy
+    (DLPack, CUDA Array Interface).
+
+    As numpy arrays do (CuPy is the model): the operators (+ - * / // % ** & | ^ << >>, their
+    reflected and in-place forms, comparisons, unary - + ~ and abs()) and numpy's ufuncs
+    (np.exp(d), np.add(d, x, out=d)) run the op that implements the ufunc, on the GPU, and return
+    DeviceArrays; an operator or ufunc the loaded library has no op for is a TypeError naming it
+    (pyew.ufuncs). == and != give arrays, so a DeviceArray is unhashable.
+
+    np.asarray(d) and np.array(d) raise TypeError, as CuPy's arrays do: a copy to the host is a
+    transfer and a wait, and numpy functions that are not ufuncs (np.concatenate, np.sort,
+    np.clip, ...) would otherwise take it silently and return numpy arrays computed on the CPU.
+    Call d.get() to copy to the host. Printing (repr, str) and float(d), int(d), bool(d) of one element copy
+    what they show."""
     __slots__ = ("_buf", "ptr", "shape", "dtype", "_info", "size", "__weakref__")
+    __hash__ = None         # == gives an array, as numpy's and CuPy's arrays do
 
     def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType):
         self._buf = buf
@@ -149,6 +205,65 @@ class DeviceArray:
         if not self.shape:
             raise TypeError("len() of a 0-d DeviceArray")
         return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d DeviceArray")
+        return (self[i] for i in range(self.shape[0]))
+
+    # -- numpy's operators and ufuncs (pyew.ufuncs) ---------------------------------------------
+    __add__, __radd__, __iadd__ = _arith("add", "add")
+    __sub__, __rsub__, __isub__ = _arith("subtract", "sub")
+    __mul__, __rmul__, __imul__ = _arith("multiply", "mul")
+    __truediv__, __rtruediv__, __itruediv__ = _arith("divide", "truediv")
+    __floordiv__, __rfloordiv__, __ifloordiv__ = _arith("floor_divide", "floordiv")
+    __mod__, __rmod__, __imod__ = _arith("remainder", "mod")
+    __and__, __rand__, __iand__ = _arith("bitwise_and", "and")
+    __or__, __ror__, __ior__ = _arith("bitwise_or", "or")
+    __xor__, __rxor__, __ixor__ = _arith("bitwise_xor", "xor")
+    __lshift__, __rlshift__, __ilshift__ = _arith("left_shift", "lshift")
+    __rshift__, __rrshift__, __irshift__ = _arith("right_shift", "rshift")
+    __lt__ = _compare("less", "lt")
+    __le__ = _compare("less_equal", "le")
+    __gt__ = _compare("greater", "gt")
+    __ge__ = _compare("greater_equal", "ge")
+    __eq__ = _compare("equal", "eq")
+    __ne__ = _compare("not_equal", "ne")
+    __neg__ = _unary("negative", "neg")
+    __pos__ = _unary("positive", "pos")
+    __abs__ = _unary("absolute", "abs")
+    __invert__ = _unary("invert", "invert")
+
+    def __pow__(self, other, mod=None):
+        return _ufuncs.binary("power", self, other) if mod is None else NotImplemented
+
+    def __rpow__(self, other, mod=None):
+        return _ufuncs.reflected("power", self, other) if mod is None else NotImplemented
+
+    def __ipow__(self, other):
+        return _ufuncs.inplace("power", self, other)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _ufuncs.array_ufunc(ufunc, method, inputs, kwargs)
+
+    # -- Python scalars of one element (copied to the host, as numpy's and CuPy's) -----------------
+    def _one(self, what: str) -> np.ndarray:
+        if self.size != 1:
+            raise TypeError(f"only 0-dimensional arrays can be converted to Python scalars ({what} of a "
+                            f"DeviceArray of shape {self.shape}); copy it to the host with .get()")
+        return self.get()
+
+    def __bool__(self) -> bool:
+        if self.size > 1:
+            raise ValueError("The truth value of an array with more than one element is ambiguous; copy it "
+                             "to the host with .get() and use .any() or .all()")
+        return bool(self.get())        # numpy's answer, and its error for an empty array
+
+    def __float__(self) -> float:
+        return float(self._one("float()"))
+
+    def __int__(self) -> int:
+        return int(self._one("int()"))
 
     # -- other GPU libraries --------------------------------------------------------------------
     @property
@@ -214,10 +329,8 @@ class DeviceArray:
         return out
 
     def __array__(self, dtype=None, copy=None):
-        if copy is False:
-            raise ValueError("a DeviceArray lives on the GPU: numpy needs a copy (np.asarray(d) or d.get())")
-        a = self.get()
-        return a if dtype is None else a.astype(dtype, copy=False)
+        raise TypeError("a DeviceArray is not converted to a numpy array implicitly (that would be a hidden copy "
+                        "from the GPU and a wait): call .get() to copy it to the host explicitly")
 
     # -- views and copies ---------------------------------------------------------------------
     def __getitem__(self, key):
@@ -242,13 +355,24 @@ class DeviceArray:
         i %= n
         return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self._info)
 
-    def reshape(self, *shape) -> "DeviceArray":
-        """A view with another shape of the same size (one dimension may be -1)."""
+    def reshape(self, *shape, order: str = "C", copy: bool | None = None) -> "DeviceArray":
+        """The array with another shape of the same size (ints or one tuple; one dimension may be
+        -1). A view, since a DeviceArray is always C-contiguous; copy=True gives a copy."""
+        if not shape:
+            raise TypeError("reshape() takes a shape: ints or one tuple")
+        if order not in ("C", "A"):
+            raise ValueError(f"reshape: pyew's arrays are C-ordered; order={order!r} is not supported")
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        shape = tuple(operator.index(s) for s in shape)
+            try:
+                shape = tuple(shape[0])
+            except TypeError:
+                raise TypeError(f"reshape: a shape is ints or one tuple of ints, not {shape[0]!r}") from None
+        try:
+            shape = tuple(operator.index(s) for s in shape)
+        except TypeError:
+            raise TypeError(f"reshape: a shape is ints or one tuple of ints, not {shape!r}") from None
         if shape.count(-1) > 1:
-            raise ValueError("only one dimension can be -1")
+            raise ValueError("can only specify one unknown dimension")
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.size % known:
@@ -257,7 +381,16 @@ class DeviceArray:
         shape = normalize_shape(shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
-        return DeviceArray(self._buf, self.ptr, shape, self._info)
+        src = self.copy() if copy else self
+        return DeviceArray(src._buf, src.ptr, shape, src._info)
+
+    def ravel(self, order: str = "C") -> "DeviceArray":
+        """The array as one dimension: a view (a DeviceArray is always C-contiguous)."""
+        return self.reshape(-1, order=order)
+
+    def flatten(self, order: str = "C") -> "DeviceArray":
+        """A copy of the array as one dimension, on the same GPU."""
+        return self.reshape(-1, order=order, copy=True)
 
     def copy(self, stream=None) -> "DeviceArray":
         """A copy on the same GPU."""
@@ -297,15 +430,73 @@ class DeviceArray:
                 self._buf.read_by(s)
         return out
 
+    # -- printing: the values, copied to the host, as numpy prints them -----------------------------
     def __repr__(self) -> str:
-        head = f"DeviceArray(shape={self.shape}, dtype={self.dtype}"
-        if self.size > 1000:
-            return head + ")"
+        prefix = "DeviceArray("
         try:
-            body = np.array2string(self.get(), separator=", ")
+            host, threshold = self._printable()
+            with np.printoptions(threshold=threshold):
+                body = np.array2string(host, separator=", ", prefix=prefix, suffix=")")
         except Exception as e:    # a broken context should not make repr raise
-            return head + f", <unreadable: {e}>)"
-        return f"{head},\n  {body})" if "\n" in body else f"{head}, {body})"
+            return f"{prefix}shape={self.shape}, dtype={self._info.name}, <unreadable: {e}>)"
+        extras = []
+        if (self.size == 0 and self.shape != (0,)) or self.size > np.get_printoptions()["threshold"]:
+            extras.append(f"shape={self.shape}")
+        extras.append(f"dtype={self._info.name}")
+        extras.append(f"device={self._buf.stream.ordinal}")
+        head = prefix + body + ","
+        tail = ", ".join(extras) + ")"
+        if len(head.rsplit("\n", 1)[-1]) + len(tail) > np.get_printoptions()["linewidth"]:
+            return head + "\n" + " " * len(prefix) + tail
+        return head + " " + tail
+
+    def __str__(self) -> str:
+        try:
+            host, threshold = self._printable()
+        except Exception as e:
+            return f"<DeviceArray of shape {self.shape}, unreadable: {e}>"
+        if not self.shape:
+            return str(host[()])           # numpy prints a 0-d array as its scalar
+        with np.printoptions(threshold=threshold):
+            return np.array2string(host)
+
+    def _printable(self) -> tuple[np.ndarray, int]:
+        """What to print and the threshold to print it with. Where numpy summarises the array (more
+        elements than printoptions' threshold), only what it shows is copied: edgeitems from each
+        end of every long axis, with one element between them that numpy prints as '...' when the
+        copy is printed with threshold 0. Else the whole array."""
+        opts = np.get_printoptions()
+        e = opts["edgeitems"]
+        long = [i for i, n in enumerate(self.shape) if n > 2 * e]
+        if self.size <= opts["threshold"] or not long:
+            return self.get(), opts["threshold"]
+        j = long[-1]                      # the axes after it are printed whole: copies of whole rows
+        inner = math.prod(self.shape[j + 1:])
+        kept = [list(range(e + 1)) + list(range(n - e, n)) if n > 2 * e else list(range(n)) for n in self.shape]
+        host = np.empty(tuple(len(k) for k in kept), self.dtype)
+        flat = self.reshape(-1)
+        n = self.shape[j]
+        for at in itertools.product(*(enumerate(k) for k in kept[:j])):
+            where = tuple(p for p, _ in at)
+            base = sum(i * math.prod(self.shape[a + 1:]) for a, (_, i) in enumerate(at))
+            head = flat[base: base + (e + 1) * inner].get()
+            tail = flat[base + (n - e) * inner: base + n * inner].get()
+            host[where] = np.concatenate([head, tail]).reshape(host.shape[j:])
+        return host, 0
+
+
+def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
+    """Copy src into dst on the GPU (one dtype and shape, one GPU), after the work queued on both."""
+    if dst._info is not src._info or dst.shape != src.shape:
+        raise ValueError(f"copy_into: dst is {dst._info.name} {dst.shape}, src {src._info.name} {src.shape}")
+    with rt.on(dst._buf.stream.ordinal):
+        s = rt.resolve_stream(stream)
+        for b in (src._buf, dst._buf):
+            if b.last is not s:
+                rt.stream_wait(s, b.last)
+            b.used_on(s)
+        if src.nbytes:
+            rt.copy_dtod(dst.ptr, src.ptr, src.nbytes, s.cu)
 
 
 def lookup_dtype(dtype) -> dt.DType:

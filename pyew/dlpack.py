@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from . import dtypes as dt
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
-KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
+KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT, KDL_BOOL = 0, 1, 2, 4, 6
 FLAG_READ_ONLY, FLAG_IS_COPIED = 1, 2
 VERSION = (1, 1)                     # the dlpack.h this module follows
 
@@ -73,6 +73,8 @@ def dtype_code(info: dt.DType) -> tuple[int, int]:
     """(DLPack type code, bits) of a pyew dtype."""
     if info.name == "bfloat16":
         return KDL_BFLOAT, 16
+    if info.kind == "bool":
+        return KDL_BOOL, 8        # one byte per element, 0 or 1 (dlpack.h's kDLBool)
     if info.kind == "float":
         return KDL_FLOAT, info.itemsize * 8
     return (KDL_UINT if info.name.startswith("u") else KDL_INT), info.itemsize * 8

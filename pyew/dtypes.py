@@ -21,7 +21,7 @@ class DType:
     compute: str         # C++ type the spec's expression is evaluated in
     pair: str | None     # C++ type holding two elements (OneFlow's Apply2 form), if any
     itemsize: int
-    kind: str            # "float" or "int"
+    kind: str            # "float", "int" or "bool"
 
     @cached_property
     def np(self) -> np.dtype:
@@ -38,6 +38,9 @@ TABLE: tuple[DType, ...] = (
     DType("bfloat16", "bf16", "__nv_bfloat16", "float", "__nv_bfloat162", 2, "float"),
     DType("int32", "i32", "int32_t", "int32_t", None, 4, "int"),
     DType("int64", "i64", "int64_t", "int64_t", None, 8, "int"),
+    # numpy's bool_: one byte holding 0 or 1 (C++ bool; its compute type too). Comparisons and the
+    # is* ops return it, where's condition takes it; arithmetic on it is numpy's (add is or).
+    DType("bool", "bool", "bool", "bool", None, 1, "bool"),
     # The word type of relu_mask's packed bitmask, so masks are ordinary arrays (asarray, get,
     # out=). It is in no group and in no op kind's dtype list: no kernel is built for it.
     DType("uint32", "u32", "uint32_t", "uint32_t", None, 4, "int"),

@@ -108,6 +108,20 @@ def kernel_dtype(result: np.dtype, have: tuple[dt.DType, ...], op: str) -> dt.DT
     return min(fits, key=lambda d: (d.itemsize, have.index(d)))
 
 
+def op_dtype(op, operands: list[Operand]) -> dt.DType:
+    """The dtype of the kernel `op` (a library.Op) runs for these operands, one per input: numpy 2's
+    promotion of the inputs whose dtype the op does not fix (where's condition takes no part), then
+    numpy's loop choice among the op's dtypes (kernel_dtype)."""
+    fixed = op.fixed
+    free = [o for o, name in zip(operands, op.inputs) if name not in fixed] if fixed else operands
+    first = free[0].info
+    if first is not None and all(o.info is first for o in free):
+        result = first.np
+    else:
+        result = result_dtype(free, op.name)
+    return kernel_dtype(result, op.dtypes, op.name)
+
+
 def scalar_value(o: Operand, info: dt.DType, op: str):
     """A scalar operand as a numpy scalar of the kernel dtype; refuses what numpy refuses (a Python
     int out of the dtype's range) and what cannot be exact in kind (2.5 for an int kernel)."""

@@ -19,6 +19,8 @@ TEST_PARAM = {"float": 1.75, "int": 3}
 
 def random_array(rng, n, dtype: str, lo=-6.0, hi=6.0) -> np.ndarray:
     info = dt.BY_NAME[dtype]
+    if info.kind == "bool":
+        return rng.integers(0, 2, size=n).astype(bool)
     if info.kind == "int":
         return rng.integers(-1000, 1000, size=n).astype(info.np)
     return rng.uniform(lo, hi, size=n).astype(np.float64).astype(info.np)
@@ -30,10 +32,12 @@ def covered(ranges, a) -> bool:
 
 
 def poison(a):
-    """Fill a DeviceArray with NaN (floats) or a sentinel (ints) so unwritten elements show."""
+    """Fill a DeviceArray with NaN (floats) or a sentinel (ints; the byte 0x5A, neither 0 nor 1, for
+    bools) so unwritten elements show."""
     import pyew
     info = dt.lookup(a.dtype)
-    bits = {2: 0x7E00 if info.name == "float16" else 0x7FC0, 4: 0x7FC00000 if info.kind == "float" else 0x5A5A5A5A,
+    bits = {1: 0x5A, 2: 0x7E00 if info.name == "float16" else 0x7FC0,
+            4: 0x7FC00000 if info.kind == "float" else 0x5A5A5A5A,
             8: 0x7FF8000000000000 if info.kind == "float" else 0x5A5A5A5A5A5A5A5A}[info.itemsize]
     if a.size:
         rt = pyew.runtime

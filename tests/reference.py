@@ -1,6 +1,8 @@
 """float64 references for the spec's `ref` expressions, and the comparison rules of the suite:
-float32 within 1e-6 relative, float16/bfloat16 within 1 ulp of the correctly rounded value,
-float64 within 1e-13 relative, integers exact; NaN where and only where the reference is NaN."""
+float32 within 1e-6 relative (or within the op's `ulp` of the correctly rounded value),
+float16/bfloat16 within 1 ulp of the correctly rounded value, float64 within 1e-13 relative,
+integers and bools exact (bools stored as the bytes 0 and 1); NaN where and only where the
+reference is NaN."""
 from __future__ import annotations
 
 import math
@@ -14,11 +16,11 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def erf(x):
-    return _erf(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
 
 
 def erfc(x):
-    return _erfc(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_erfc(np.asarray(x, np.float64)), np.float64)
 
 
 def sigmoid(x):
@@ -28,12 +30,17 @@ def sigmoid(x):
     return np.where(x >= 0, r, e * r)
 
 
-def evaluate(ref: str, names, arrays, params: dict, in_dtype: dt.DType) -> np.ndarray:
-    """The spec's ref expression on the inputs upcast to float64 (int64 for integer dtypes)."""
-    wide = np.int64 if in_dtype.kind == "int" else np.float64
+_WIDE = {"int": np.int64, "bool": np.bool_, "float": np.float64}
+
+
+def evaluate(ref: str, names, arrays, params: dict, in_dtype: dt.DType, in_dtypes=None) -> np.ndarray:
+    """The spec's ref expression on the inputs upcast to float64 (int64 for integer dtypes, bool for
+    bools). in_dtypes: each input's dtype where they differ (a kernel's in_dtypes: where's bool
+    condition); else every input is in_dtype."""
+    kinds = [d.kind for d in in_dtypes] if in_dtypes else [in_dtype.kind] * len(names)
     scope = {"np": np, "erf": erf, "erfc": erfc, "sigmoid": sigmoid}
     with np.errstate(all="ignore"):            # NaN patterns of ml_dtypes' 16-bit floats warn
-        scope.update({n: np.asarray(a).astype(wide) for n, a in zip(names, arrays)})
+        scope.update({n: np.asarray(a).astype(_WIDE[k]) for n, a, k in zip(names, arrays, kinds)})
         scope.update(params)
         return np.asarray(eval(ref, scope))
 
@@ -44,10 +51,25 @@ def _ordinal16(a: np.ndarray) -> np.ndarray:
     return np.where(u & 0x8000, -(u & 0x7FFF), u)
 
 
-def assert_matches(out: np.ndarray, ref64: np.ndarray, out_dtype: dt.DType, what: str = "", rtol=None):
+def _ordinal32(a: np.ndarray) -> np.ndarray:
+    """float32 patterns as integers ordered like the values (adjacent floats differ by 1)."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.int64)
+    return np.where(u & 0x80000000, -(u & 0x7FFFFFFF), u)
+
+
+def assert_matches(out: np.ndarray, ref64: np.ndarray, out_dtype: dt.DType, what: str = "", rtol=None, ulp=None):
+    """ulp: float32 results must be within this many ulp of the correctly rounded reference (the
+    op's `ulp`), instead of rtol."""
     out = np.asarray(out)
     assert out.dtype == out_dtype.np, f"{what}: dtype {out.dtype}, expected {out_dtype.name}"
     ref64 = np.broadcast_to(ref64, out.shape)
+    if out_dtype.kind == "bool":
+        raw = out.view(np.uint8)
+        assert np.all(raw <= 1), f"{what}: a bool result is not 0 or 1 (byte {int(raw.max())})"
+        want = np.asarray(ref64).astype(bool)
+        bad = np.flatnonzero(out != want)
+        assert bad.size == 0, f"{what}: {bad.size} wrong, first at {bad[0]}: {out.flat[bad[0]]} != {want.flat[bad[0]]}"
+        return
     if out_dtype.kind == "int":
         want = ref64.astype(out_dtype.np)
         bad = np.flatnonzero(out != want)
@@ -69,6 +91,16 @@ def assert_matches(out: np.ndarray, ref64: np.ndarray, out_dtype: dt.DType, what
         i = int(np.argmax(d)) if d.size else 0
         assert d.size == 0 or d.max() <= 1, (f"{what}: {int((d > 1).sum())} values off by more than 1 ulp; "
                                              f"worst at {i}: got {o64.flat[i]}, want {ref64.flat[i]}")
+        return
+    if out_dtype.name == "float32" and ulp is not None:
+        with np.errstate(all="ignore"):
+            want = ref64.astype(np.float32)
+            d = np.abs(_ordinal32(out) - _ordinal32(want))
+            d = np.where(ok, d, 0)             # both NaN (checked above) is no difference
+        i = int(np.argmax(d)) if d.size else 0
+        assert d.size == 0 or d.max() <= ulp, (f"{what}: {int((d > ulp).sum())} values off by more than {ulp} ulp; "
+                                                f"worst ({int(d.max())} ulp) at {i}: got {o64.flat[i]!r}, "
+                                                f"want {ref64.flat[i]!r}")
         return
     rtol = max(rtol or 0.0, 1e-6 if out_dtype.name == "float32" else 1e-13)
     tiny = np.finfo(out_dtype.np).tiny

@@ -211,11 +211,9 @@ def test_device_arrays_with_python_numbers(fakes, rng, monkeypatch, dtype):
     """x * 0.5 and 3 - x on DeviceArrays: one launch of the strided entry, each number read from its
     GPU's slot for the value (written once, on pyew's own stream, then reused), the result in the
     array's dtype as numpy gives it (NEP 50); odd lengths as the packs, then the rest."""
-    from pyew import runtime as rt
-    fills, syncs = [], []
+    from pyew import memory
+    fills, syncs = [], fakes[0].streams.synced           # the streams waited for
     monkeypatch.setattr(pyew.call, "fill", lambda *a: fills.append(a))
-    real_sync = rt.stream_synchronize
-    monkeypatch.setattr(rt, "stream_synchronize", lambda s: (syncs.append(s), real_sync(s)))
     launches = fakes[1].launches
     a = (rng.standard_normal(1003) * 10).astype(dtype)
     x = pyew.asarray(a)
@@ -229,7 +227,7 @@ def test_device_arrays_with_python_numbers(fakes, rng, monkeypatch, dtype):
     # a length past a multiple of the 16-byte pack: two launches (none for n = 0)
     pack = 16 // np.dtype(dtype).itemsize
     assert len(launches) == 3 * sum(2 if n % pack and n > pack else 1 for n in (1003, 1000, 3))
-    table = rt._constants[0]
+    table = memory._constants[0]
     assert table.used == 2 and syncs.count(table.stream) == 2       # k and -k, each waited for once
     launches.clear()
     np.testing.assert_array_equal(pyew.mul(x, k).get(), a * k)
@@ -282,14 +280,14 @@ def test_python_numbers_off_the_short_path(fakes, rng):
 
 @needs_lib
 def test_full_slot_table_falls_back_to_a_buffer_per_call(fakes, rng, monkeypatch):
-    from pyew import runtime as rt
-    monkeypatch.setattr(rt, "_CONSTANT_SLOTS", 2)
+    from pyew import memory
+    monkeypatch.setattr(memory, "_CONSTANT_SLOTS", 2)
     a = rng.standard_normal(40).astype(np.float32)
     x = pyew.asarray(a)
     for k in (1.0, 2.0, 3.0, 4.0, 1.0):
         np.testing.assert_array_equal(pyew.add(x, k).get(), a + np.float32(k))
         np.testing.assert_array_equal(pyew.add(a, k), a + np.float32(k))           # numpy in, too
-    assert rt._constants[0].used == 2 and set(rt._constants[0].slots) == {(0x3f800000, 4), (0x40000000, 4)}
+    assert memory._constants[0].used == 2 and set(memory._constants[0].slots) == {(0x3f800000, 4), (0x40000000, 4)}
 
 
 @needs_lib
@@ -320,3 +318,101 @@ def test_device_broadcasts_take_a_cached_layout(fakes, rng):
     with pytest.raises(ValueError, match="out overlaps input 'x' without being exactly it"):
         pyew.add(big[:-1].reshape(6, 4, 5), drow, out=big[1:].reshape(6, 4, 5))
     np.testing.assert_array_equal(big.get(), 0)
+
+
+# ---- bool, comparisons and where's fixed condition ------------------------------------------------------
+
+@pytest.mark.parametrize("ops,want", [
+    ((_arr(np.bool_), _arr(np.int32)), np.int32),
+    ((_arr(np.bool_), _arr(np.bool_)), np.bool_),
+    ((_py(True), _arr(np.float16)), np.float16),         # a Python bool is weak too
+    ((_py(True), _arr(np.int32)), np.int32),
+    ((_arr(np.bool_), _py(1)), np.int64),
+    ((_arr(np.bool_), _py(2.5)), np.float64),
+    ((_arr(np.bool_), _arr(BF16)), BF16),
+    ((_arr(np.bool_), _arr(np.float16)), np.float16),
+])
+def test_promotion_with_bool_follows_numpy(ops, want):
+    assert result_dtype(list(ops), "op") == np.dtype(want)
+
+
+def test_bool_is_a_dtype_of_one_byte():
+    b = dt.lookup(np.bool_)
+    assert b is dt.BY_NAME["bool"] is dt.lookup("|b1") and b.itemsize == 1 and b.kind == "bool"
+    assert b.ctype == b.compute == "bool" and b.pair is None
+
+
+@needs_lib
+def test_comparisons_and_tests_return_bool(fakes, rng):
+    x = rng.standard_normal(3000).astype(np.float32)
+    y = rng.standard_normal(3000).astype(np.float32)
+    x[::7] = np.nan
+    for name, want in (("greater", x > y), ("less_equal", x <= y), ("not_equal", x != y),
+                       ("isnan", np.isnan(x)), ("logical_not", np.logical_not(x))):
+        got = getattr(pyew, name)(*((x, y) if name in ("greater", "less_equal", "not_equal") else (x,)))
+        assert got.dtype == np.bool_, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    d = pyew.greater(pyew.asarray(x), 0.25)                  # a number against a DeviceArray
+    assert d.dtype == np.bool_
+    np.testing.assert_array_equal(d.get(), x > np.float32(0.25))
+    b = rng.integers(0, 2, 3000).astype(bool)
+    c = rng.integers(0, 2, 3000).astype(bool)
+    np.testing.assert_array_equal(pyew.add(b, c), b + c)     # numpy's add of bools: or
+    np.testing.assert_array_equal(pyew.bitwise_xor(pyew.asarray(b), c).get(), b ^ c)
+    np.testing.assert_array_equal(pyew.add(b, np.arange(3000, dtype=np.int32)), b + np.arange(3000, dtype=np.int32))
+
+
+@needs_lib
+def test_where_converts_its_condition_and_promotes_only_the_values(fakes, rng):
+    n = 2001
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    c = rng.integers(0, 2, n).astype(bool)
+    f = np.where(c, rng.standard_normal(n), 0.0).astype(np.float32)     # a float condition: nonzero is true
+    f[::11] = np.nan
+    got = pyew.where(c, x, y)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.where(c, x, y))
+    fakes[1].launches.clear()
+    np.testing.assert_array_equal(pyew.where(f, x, y), np.where(f, x, y))       # converted by to_bool
+    assert fakes[1].launches.count("forward") == 2
+    # DeviceArrays of one dtype: a float32 condition must not reach the kernel as if it were bool
+    dev = pyew.where(pyew.asarray(f), pyew.asarray(x), pyew.asarray(y))
+    np.testing.assert_array_equal(dev.get(), np.where(f, x, y))
+    # the condition takes no part in promotion; Python numbers are weak
+    i = np.arange(n, dtype=np.int32)
+    for args in ((c, i, 2.5), (f, i, y.astype(np.float16)), (c, x.astype(np.float16), 3), (True, i, 7),
+                 (np.float64(0), x, y), (c, 1.5, 2)):
+        want = np.where(*args)
+        got = pyew.where(*args)
+        assert got.dtype == want.dtype, (args, got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+    b = pyew.where(pyew.asarray(c), pyew.asarray(c), False)                    # all bool: the short path
+    np.testing.assert_array_equal(b.get(), c)
+    # broadcasting, with the condition a row
+    m = rng.standard_normal((5, 7)).astype(np.float32)
+    row = rng.integers(0, 2, 7).astype(bool)
+    np.testing.assert_array_equal(pyew.where(row, m, -m), np.where(row, m, -m))
+
+
+@needs_lib
+def test_where_refuses_a_condition_it_cannot_convert(fakes, rng):
+    mask = np.arange(10, dtype=np.uint32)          # relu_mask's word type: no to_bool kernel
+    x = np.ones(10, np.float32)
+    with pytest.raises(TypeError, match=r"where: input 'condition' is uint32 and the op's input 'condition' is "
+                                        r"always bool, but the library has no cast from uint32 to bool \(op to_bool\)"):
+        pyew.where(mask, x, x)
+
+
+@needs_lib
+def test_ops_know_their_ufunc_and_fixed_inputs(fakes):
+    man = pyew.library.get().manifest
+    assert man.op("sub").ufunc == "subtract" and man.op("add").ufunc is None
+    where = man.op("where")
+    assert where.fixed == {"condition": dt.BY_NAME["bool"]} and man.op("add").fixed == {}
+    k = where.kernel(dt.BY_NAME["float16"])
+    assert [d.name for d in k.in_dtypes] == ["bool", "float16", "float16"]
+    assert [d.name for d in man.op("add").kernel(dt.BY_NAME["int32"]).in_dtypes] == ["int32", "int32"]
+    assert man.op("sqrt").ulp == 0 and man.op("sqrt").launch == "basic" and man.op("gelu").launch == "tuned"
+    assert "Input condition is always bool" in pyew.where.__doc__
+    assert "numpy's subtract." in pyew.sub.__doc__

@@ -26,8 +26,15 @@ def run_gen(out, *specs):
 def test_one_cu_per_op_dtype_and_manifest(tmp_path):
     spec = load([ROOT / "libew/ops.toml"])
     generate(spec, tmp_path)
-    cus = sorted(p.name for p in (tmp_path / "gen").glob("ew_*.cu") if p.name not in ("ew_manifest.cu", "ew_packed.cu"))
+    cus = sorted(p.name for p in (tmp_path / "gen").glob("ew_*.cu") if p.name != "ew_manifest.cu")
     assert cus == sorted(f"{k.name}.cu" for k in spec.kernels())
+    # make compiles one translation unit per op (its kernels' sources inside namespaces) and the manifest
+    units = sorted(p.name for p in (tmp_path / "gen").glob("*.cu") if not p.name.startswith("ew_"))
+    assert units == sorted(f"{o.name}.cu" for o in spec.ops)
+    mk = (tmp_path / "gen" / "sources.mk").read_text()
+    assert "$(BUILD)/gen/gelu.cu" in mk and "$(BUILD)/gen/ew_manifest.cu" in mk and "ew_gelu_f16.cu" not in mk
+    unit = (tmp_path / "gen" / "gelu.cu").read_text()
+    assert unit.index('#include "fn/gelu.cuh"') < unit.index("namespace ew_unit_f16 {\n#include \"ew_gelu_f16.cu\"\n}")
     text = (tmp_path / "gen" / "ew_gelu_f16.cu").read_text()
     assert text.startswith("// generated from") and "do not edit" in text.splitlines()[0]
     assert 'EW_API int ew_gelu_f16(void* out, const void* x, int64_t n, void* stream' in text
@@ -43,7 +50,7 @@ def test_one_cu_per_op_dtype_and_manifest(tmp_path):
             "int threads_per_sm);") in header
     # its packed twin: the same call, each argument read from its member of ew_arg and cast back
     assert "EW_API int ew_elu_bf16_packed(const ew_arg* args);" in header
-    packed = (tmp_path / "gen" / "ew_packed.cu").read_text()
+    packed = (tmp_path / "gen" / "elu.cu").read_text()
     assert ("EW_API int ew_elu_bf16_packed(const ew_arg* args) {\n  return ew_elu_bf16((void*)args[0].p, "
             "(const void*)args[1].p, (int64_t)args[2].i, (double)args[3].f, (void*)args[4].p, (int)args[5].i, "
             "(int)args[6].i);\n}") in packed
@@ -104,8 +111,9 @@ def test_render_error_shows_template():
 # ---- one C ABI: symbols, prototypes and definitions from generator/abi.py ---------------------
 
 def test_every_definition_matches_its_declaration_in_ew_h(tmp_path):
-    """Each generated source includes ew.h, and each EW_API definition in it is spelled exactly as
-    ew.h declares it (nvcc checks the same, see test_generator_nvcc.py)."""
+    """Each generated source includes its op's prototypes (gen/proto/<op>.h, its part of ew.h) and no
+    other op's, and each EW_API definition in it is spelled exactly as ew.h declares it (nvcc checks
+    the same, see test_generator_nvcc.py)."""
     from generator import abi
     spec = load([ROOT / "libew/ops.toml", ROOT / "examples/my_ops.toml"])
     generate(spec, tmp_path)
@@ -115,11 +123,25 @@ def test_every_definition_matches_its_declaration_in_ew_h(tmp_path):
     want |= {abi.packed_head(e) + ";" for k in spec.kernels() for e in k.entries()}
     want |= {abi.declaration(f) for f in abi.RUNTIME}
     assert declared == want
+    owner = json.loads((tmp_path / "gen" / "sources.json").read_text())["files"]
     defined = set()
     for cu in (tmp_path / "gen").glob("*.cu"):
         text = cu.read_text()
-        assert '#include "ew.h"' in text.splitlines()[2:4], cu.name
-        defined |= {line.split(" {")[0] + ";" for line in text.splitlines() if line.startswith("EW_API ")}
+        includes = [line for line in text.splitlines() if line.startswith("#include ")]
+        if cu.name == "ew_manifest.cu":
+            assert includes == ['#include "ew_api.h"']
+        else:
+            op = owner[cu.name]
+            assert includes[0] == f'#include "proto/{op}.h"', cu.name
+            assert not any("proto/" in line for line in includes[1:] if f"proto/{op}.h" not in line), cu.name
+            assert '#include "ew.h"' not in includes
+        defined |= {line.split(" {")[0] + ";" for line in text.splitlines()
+                    if line.startswith("EW_API ") and " {" in line}
+    for op in spec.ops:
+        proto = (tmp_path / "gen" / "proto" / f"{op.name}.h").read_text()
+        mine = {line.split("  /*")[0] for line in proto.splitlines() if line.startswith("EW_API ")}
+        assert mine == {f(e) for k in op.kernels() for e in k.entries()
+                        for f in (abi.declaration, lambda e: abi.packed_head(e) + ";")}
     runtime_cu = {abi.declaration(f) for f in abi.RUNTIME if f.symbol not in ("ew_abi_version", "ew_manifest")}
     assert defined == want - runtime_cu     # libew/runtime.cu defines the runtime helpers
 
@@ -235,13 +257,13 @@ def test_late_error_leaves_an_existing_build_untouched(tmp_path):
     nothing, and removes nothing, in an existing build folder."""
     out = tmp_path / "b"
     clash = tmp_path / "clash.toml"
-    clash.write_text('[[op]]\nname = "naive_relu"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\n'
+    clash.write_text('[[op]]\nname = "relu_strided"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\n'
                      'doc = "d"\n')
     assert run_gen(out, clash).returncode == 0                 # alone it is fine
     assert run_gen(out, ROOT / "libew/ops.toml").returncode == 0
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
     r = run_gen(out, ROOT / "libew/ops.toml", clash)           # next to relu, its symbol clashes
-    assert r.returncode == 1 and "ew_naive_relu_f32" in r.stderr
+    assert r.returncode == 1 and "ew_relu_strided_f32" in r.stderr
     assert before == {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
 
 
@@ -252,3 +274,61 @@ def test_doc_cannot_break_the_generated_comment(tmp_path):
     generate(load([spec]), tmp_path / "b")
     line = (tmp_path / "b/gen/ew_twice_f32.cu").read_text().splitlines()[1]
     assert not line.rstrip().endswith("\\")
+
+
+# ---- the numpy vocabulary: bool, fixed inputs, the basic launch, one unit per op ----------------------
+
+def test_fixed_inputs_and_bool_results_in_the_generated_code(tmp_path):
+    """where's device function takes its condition as bool and its values as C; a comparison's
+    returns bool (the calling convention the fused formulas use); the kernel reads the condition
+    as bool storage next to the values' type, through the basic launch."""
+    spec = load([ROOT / "libew/ops.toml"])
+    generate(spec, tmp_path)
+    fn = (tmp_path / "gen/fn/where.cuh").read_text()
+    assert "__device__ __forceinline__ C operator()(bool condition, C x, C y) const {" in fn
+    assert '#include "ew_numpy.cuh"' in fn
+    greater = (tmp_path / "gen/fn/greater.cuh").read_text()
+    assert "__device__ __forceinline__ bool operator()(C x, C y) const {" in greater
+    where = (tmp_path / "gen/ew_where_f16.cu").read_text()
+    assert "operator()(bool condition, __half x, __half y) const" in where
+    assert "::ew::convert<bool>(condition), ::ew::convert<float>(x)" in where
+    assert ("static_cast<const bool*>(condition), static_cast<const __half*>(x), static_cast<const __half*>(y)"
+            in where)
+    assert "::ew::launch_map_basic<" in where and '#include "map_basic.cuh"' in where
+    gelu = (tmp_path / "gen/ew_gelu_f16.cu").read_text()       # a tuned op keeps launch_map
+    assert "::ew::launch_map<" in gelu and "map_basic" not in gelu
+    isnan = (tmp_path / "gen/ew_isnan_bf16.cu").read_text()
+    assert "__device__ __forceinline__ bool operator()(__nv_bfloat16 x) const" in isnan
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    w = next(o for o in man["ops"] if o["name"] == "where")
+    assert w["fixed"] == {"condition": "bool"} and w["ufunc"] is None and w["launch"] == "basic" and w["ulp"] == 0
+    k = next(k for k in w["kernels"] if k["dtype"] == "int64")
+    assert k["in_dtypes"] == ["bool", "int64", "int64"] and k["out_dtype"] == "int64"
+    sub = next(o for o in man["ops"] if o["name"] == "sub")
+    assert sub["ufunc"] == "subtract" and sub["fixed"] == {} and sub["launch"] == "tuned"
+
+
+def test_a_new_op_touches_only_its_own_sources(tmp_path):
+    """Adding an op writes its sources, its prototypes and the manifest; no other op's translation
+    unit or prototypes change, so make recompiles the new op and the manifest alone."""
+    spec_file = tmp_path / "ops.toml"
+    spec_file.write_text((ROOT / "libew/ops.toml").read_text())
+    generate(load([spec_file]), tmp_path / "b")
+    gen = tmp_path / "b/gen"
+    before = {p: p.stat().st_mtime_ns for p in gen.rglob("*") if p.is_file()}
+    spec_file.write_text(spec_file.read_text() + '\n[[op]]\nname = "cube"\ninputs = ["x"]\ndtypes = ["float"]\n'
+                         'expr = "x * x * x"\nref = "x ** 3"\ndoc = "x^3."\n')
+    generate(load([spec_file]), tmp_path / "b")
+    changed = sorted(p.relative_to(gen).as_posix() for p in gen.rglob("*") if p.is_file()
+                     and before.get(p) != p.stat().st_mtime_ns)
+    assert changed == sorted(["cube.cu", "proto/cube.h", "fn/cube.cuh", "ew_cube_f32.cu", "ew_cube_f64.cu",
+                              "ew_cube_f16.cu", "ew_cube_bf16.cu", "ew_manifest.cu", "sources.json", "sources.mk"])
+    assert "ew_cube_f16" in (tmp_path / "b/ew.h").read_text()      # the users' header has every op
+
+
+def test_units_hoist_the_includes_of_their_sources():
+    from generator.render import hoisted_includes
+    a = '// x\n#include "proto/a.h"\n#include "elementwise.cuh"\nint a;\n'
+    b = '#include "proto/a.h"\n#include "map_basic.cuh"\n#include "elementwise.cuh"\n'
+    assert hoisted_includes([a, b]) == ['#include "proto/a.h"', '#include "elementwise.cuh"',
+                                        '#include "map_basic.cuh"']

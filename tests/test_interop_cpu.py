@@ -111,3 +111,17 @@ def test_capsule_consumed_twice_is_refused():
     dlpack.consume(cap)
     with pytest.raises(BufferError, match="already consumed"):
         dlpack.consume(cap)
+
+
+def test_bool_through_the_cuda_array_interface_and_dlpack(fake):
+    """numpy's bool_ travels as '|b1' (CAI) and as kDLBool, 8 bits (DLPack), both ways."""
+    buf = np.array([True, False, True, True], dtype=bool)
+    d = interop.import_device(FakeCAI(buf.ctypes.data, (4,), "|b1", stream=1), _S(), "op", "x")
+    assert d.dtype == np.bool_ and d._info is dt.BY_NAME["bool"] and d.shape == (4,)
+    assert dlpack.dtype_code(dt.BY_NAME["bool"]) == (dlpack.KDL_BOOL, 8) == (6, 8)
+    assert dlpack.dtype_of(6, 8, 1) is dt.BY_NAME["bool"]
+    assert dlpack.dtype_of(dlpack.KDL_UINT, 8, 1) is None          # uint8 is not bool
+    t = FakeTensor(buf.ctypes.data, (2, 2), dt.BY_NAME["bool"])
+    d = interop.import_device(t, _S(), "op", "x")
+    assert d._info is dt.BY_NAME["bool"] and d.shape == (2, 2)
+    assert d.__cuda_array_interface__["typestr"] == "|b1"

@@ -152,9 +152,9 @@ def test_no_gpu_errors_are_exact_and_quiet():
 
 
 def test_without_cuda_python_the_error_says_what_to_install(monkeypatch):
-    from pyew import runtime
-    monkeypatch.setattr(runtime, "_rt", None)
-    monkeypatch.setattr(runtime, "_count", None)
-    monkeypatch.setattr(runtime, "_props", {})
+    from pyew import cudart, devices
+    monkeypatch.setattr(cudart, "api", None)
+    monkeypatch.setattr(devices, "cuda", devices.CudaDevices())     # made without cuda-python
+    devices.forget()
     with pytest.raises(pyew.NoDeviceError, match="pip install cuda-python"):
         pyew.empty(123457)          # a size no freed buffer is kept for

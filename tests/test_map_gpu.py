@@ -18,23 +18,37 @@ MAP_KERNELS = map_kernels()
 SIZES = (0, 1, 7, 4097, 2**20 + 3)
 
 
-def _inputs(op, dtype, n, rng):
-    arrays = [random_array(rng, n, dtype) for _ in op.inputs]
+def _inputs(op, k, n, rng):
+    """Random inputs of each input's dtype (where's condition is bool whatever the op's dtype)."""
+    arrays = [random_array(rng, n, d.name) for d in k.in_dtypes]
     if op.name == "div":   # keep divisors away from zero so the check is about division
         arrays[1] = np.where(np.abs(arrays[1].astype(np.float64)) < 0.25, 0.5, arrays[1]).astype(arrays[1].dtype)
     return arrays
 
 
 def _check(op, k, arrays, got, what):
-    ref = evaluate(op.ref, op.inputs, arrays, params_of(op), k.dtype)
-    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name} {what}", rtol=op.rtol)
+    ref = evaluate(op.ref, op.inputs, arrays, params_of(op), k.dtype, k.in_dtypes)
+    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name} {what}", rtol=op.rtol, ulp=op.ulp)
+
+
+def _number(k):
+    """A Python number that keeps the kernel's dtype (NEP 50: weak), as numpy resolves it; ml_dtypes'
+    bfloat16 keeps it for ints."""
+    if k.dtype.kind == "bool":
+        return True
+    return 3 if k.dtype.kind == "int" or k.dtype.name == "bfloat16" else 2.5
+
+
+def _same_dtype_input(k):
+    """The index of an input of the output's dtype (out= may be exactly it), or None."""
+    return next((j for j, d in enumerate(k.in_dtypes) if d is k.out_dtype), None)
 
 
 @pytest.mark.parametrize("op,k", MAP_KERNELS)
 def test_numpy_roundtrip(op, k, rng):
     fn = getattr(pyew, op.name)
     for n in SIZES:
-        arrays = _inputs(op, k.dtype.name, n, rng)
+        arrays = _inputs(op, k, n, rng)
         got = fn(*arrays, **params_of(op))
         assert isinstance(got, np.ndarray) and got.shape == (n,) and got.dtype == k.out_dtype.np
         _check(op, k, arrays, got, f"n={n}")
@@ -46,7 +60,7 @@ def test_streamed_equals_one_shot(op, k, rng, transfer_limits):
     one shot, also for strided inputs and a strided numpy out=."""
     fn = getattr(pyew, op.name)
     n = 3 * 65536 + 77
-    arrays = _inputs(op, k.dtype.name, n, rng)
+    arrays = _inputs(op, k, n, rng)
     transfer_limits(small_bytes=1 << 30)
     one = fn(*arrays, **params_of(op))
     transfer_limits(small_bytes=0, device_bytes=256 * 1024, threads=3)
@@ -77,7 +91,7 @@ def test_device_misaligned_views(op, k, rng):
     fn = getattr(pyew, op.name)
     n = 4096 + 13
     for out_off, offs in _view_offsets(len(op.inputs)):
-        arrays = _inputs(op, k.dtype.name, n, rng)
+        arrays = _inputs(op, k, n, rng)
         dev = []
         for a, off in zip(arrays, offs):
             pad = np.concatenate([a[:off], a]) if off else a
@@ -88,35 +102,48 @@ def test_device_misaligned_views(op, k, rng):
         _check(op, k, arrays, out.get(), f"views at {offs}, out at {out_off}")
 
 
+def _special(info):
+    """NaN, +-inf, signed zeros, subnormals and the overflow-prone points of a float dtype; an integer
+    type's limits and their neighbours; both bools."""
+    if info.kind == "bool":
+        return np.array([False, True])
+    if info.kind == "int":
+        lim = np.iinfo(info.np)
+        return np.array([0, 1, -1, 2, -2, 3, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
+    vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 4.05, -4.05, 11.0, -11.0, 20.0, -20.0, 65504.0,
+            -65504.0, 1e-3, -1e-3, 3.0, -3.0, 0.5, -0.5, 100.0, -100.0, 1e30, -1e30, 1e-40, -1e-45]
+    with np.errstate(over="ignore", under="ignore"):
+        return np.array(vals, np.float64).astype(info.np)
+
+
 @pytest.mark.parametrize("op,k", MAP_KERNELS)
 def test_special_values(op, k, rng):
     """NaN, +-inf, signed zeros and the overflow-prone points, combined with random data."""
     info = k.dtype
-    if info.kind == "int":
-        lim = np.iinfo(info.np)
-        special = np.array([0, 1, -1, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
-    else:
-        vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 4.05, -4.05, 11.0, -11.0, 20.0, -20.0, 65504.0,
-                -65504.0, 1e-3, -1e-3, 3.0, -3.0, 0.5, -0.5, 100.0, -100.0, 1e30, -1e30]
-        with np.errstate(over="ignore"):
-            special = np.array(vals, np.float64).astype(info.np)
     fn = getattr(pyew, op.name)
-    m = len(special)
+    m = len(_special(info))
     arrays = []
-    for j, _ in enumerate(op.inputs):
-        a = random_array(rng, 3 * m, info.name)
-        a[j * m % (2 * m): j * m % (2 * m) + m] = np.roll(special, j)
+    for j, d in enumerate(k.in_dtypes):
+        special = _special(d)
+        a = random_array(rng, 3 * m, d.name)
+        a[j * m % (2 * m): j * m % (2 * m) + len(special)] = np.roll(special, j)
         arrays.append(a)
-    if info.kind == "int" and op.name in ("add", "sub", "mul"):
-        # the limits against each other: numpy wraps, and so must the kernel
-        arrays = [np.repeat(special, m), np.tile(special, m)][:len(op.inputs)]
-    with np.errstate(over="ignore"):
+    with np.errstate(all="ignore"):
         got = fn(*arrays, **params_of(op))
+    _check(op, k, arrays, got, "special values")
+    # every special value against every other (for two and three inputs): integer limits wrap,
+    # divisions by zero and NaN against infinities are defined, as in numpy
+    free = [j for j, d in enumerate(k.in_dtypes) if d is info]
+    grids = np.meshgrid(*[_special(info)] * len(free), indexing="ij")
+    arrays = [random_array(rng, grids[0].size, d.name) for d in k.in_dtypes]
+    for j, g in zip(free, grids):
+        arrays[j] = g.reshape(-1)
+    with np.errstate(all="ignore"):
+        got = fn(*arrays, **params_of(op))
+    _check(op, k, arrays, got, "special values against each other")
     if info.kind == "int" and op.name in ("add", "sub", "mul"):
         want = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op.name](*arrays)
         np.testing.assert_array_equal(got, want)
-        return
-    _check(op, k, arrays, got, "special values")
     if op.name in ("gelu", "sigmoid", "silu", "gelu_tanh") and info.kind == "float":
         finite_in = np.isfinite(arrays[0].astype(np.float64))
         assert np.all(np.isfinite(got.astype(np.float64))[finite_in]), "finite input gave inf/NaN"
@@ -126,15 +153,16 @@ def test_special_values(op, k, rng):
 def test_out_inplace_and_stream(op, k, rng):
     fn = getattr(pyew, op.name)
     n = 10007
-    arrays = _inputs(op, k.dtype.name, n, rng)
+    arrays = _inputs(op, k, n, rng)
     host_out = np.full(n, 7, k.out_dtype.np)
     assert fn(*arrays, out=host_out, **params_of(op)) is host_out
     _check(op, k, arrays, host_out, "numpy out=")
     s = pyew.Stream()
     dev = [pyew.asarray(a, stream=s) for a in arrays]
-    if k.out_dtype is k.dtype:
-        res = fn(*dev, out=dev[0], stream=s, **params_of(op))
-        assert res is dev[0]
+    j = _same_dtype_input(k)
+    if j is not None:
+        res = fn(*dev, out=dev[j], stream=s, **params_of(op))
+        assert res is dev[j]
     else:
         res = fn(*dev, stream=s, **params_of(op))
     s.synchronize()
@@ -145,18 +173,17 @@ def test_out_inplace_and_stream(op, k, rng):
     s2.synchronize()
     _check(op, k, arrays, res2.get(), "with Stream()")
     # numpy in place: out is exactly an input
-    if k.out_dtype is k.dtype:
-        x = arrays[0].copy()
-        fn(x, *arrays[1:], out=x, **params_of(op))
+    if j is not None:
+        x = arrays[j].copy()
+        fn(*arrays[:j], x, *arrays[j + 1:], out=x, **params_of(op))
         _check(op, k, arrays, x, "numpy in place")
 
 
 @pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2))
 def test_scalar_operands(op, k, rng):
     fn = getattr(pyew, op.name)
-    x = _inputs(op, k.dtype.name, 1000, rng)[0]
-    # a Python scalar does not change the dtype (NEP 50); ml_dtypes' bfloat16 keeps it for ints
-    s = 3 if k.dtype.kind == "int" or k.dtype.name == "bfloat16" else 2.5
+    x = _inputs(op, k, 1000, rng)[0]
+    s = _number(k)
     got = fn(x, s, **params_of(op))
     assert got.dtype == k.out_dtype.np
     _check(op, k, [x, np.full_like(x, s)], got, "array op scalar")
@@ -172,8 +199,8 @@ def test_python_numbers_on_every_length_and_view(op, k, rng):
     tails past the last whole pack, views at every offset of a pack, n = 0, into a poisoned out=
     and in place; special values for float dtypes."""
     fn = getattr(pyew, op.name)
-    s = 3 if k.dtype.kind == "int" or k.dtype.name == "bfloat16" else -0.625
-    base = _inputs(op, k.dtype.name, 4099 + 16, rng)[0]
+    s = -0.625 if k.dtype.kind == "float" and k.dtype.name != "bfloat16" else _number(k)
+    base = _inputs(op, k, 4099 + 16, rng)[0]
     d = pyew.asarray(base)
     for off in range(9):
         for n in (0, 1, 5, 4096, 4099):
@@ -183,7 +210,7 @@ def test_python_numbers_on_every_length_and_view(op, k, rng):
             out = poison(pyew.empty(n, k.out_dtype.name))
             assert fn(s, d[off:off + n], out=out, **params_of(op)) is out
             _check(op, k, [np.full_like(x, s), x], out.get(), f"{s} op x[{off}:{off + n}], out=")
-    if k.dtype is k.out_dtype:
+    if _same_dtype_input(k) == 0:
         y = pyew.asarray(base)
         fn(y, s, out=y, **params_of(op))
         _check(op, k, [base, np.full_like(base, s)], y.get(), "in place")
@@ -209,15 +236,15 @@ def test_a_number_first_used_on_a_side_stream(rng):
 
 def test_numbers_past_the_slots(rng, monkeypatch):
     """With the slots used up, each call takes a buffer of its own."""
-    from pyew import runtime as rt
-    monkeypatch.setattr(rt, "_constants", {})
-    monkeypatch.setattr(rt, "_CONSTANT_SLOTS", 3)
+    from pyew import memory
+    monkeypatch.setattr(memory, "_constants", {})
+    monkeypatch.setattr(memory, "_CONSTANT_SLOTS", 3)
     a = random_array(rng, 10_001, "float16")
     x = pyew.asarray(a)
     for v in (0.5, 1.5, 2.5, 3.5, 4.5, 0.5):
         np.testing.assert_array_equal(pyew.mul(x, v).get(), a * np.float16(v))
         np.testing.assert_array_equal(pyew.sub(a, v), a - np.float16(v))
-    assert rt._constants[0].used == 3
+    assert memory._constants[0].used == 3
 
 
 @pytest.mark.parametrize("op,k", map_kernels(lambda op, k: len(op.inputs) == 2 and k.dtype.kind == "float"))
@@ -247,7 +274,7 @@ def test_broadcasting_matches_numpy(op, k, rng):
         _check(op, k, [full_a.reshape(-1), full_b.reshape(-1)], dgot.get().reshape(-1), f"{sa} with {sb} (device)")
         out = poison(pyew.empty(want_shape, k.out_dtype.name))
         assert fn(pyew.asarray(a), b, out=out, **params_of(op)) is out
-        np.testing.assert_array_equal(out.get(), dgot.get())
+        assert out.get().tobytes() == dgot.get().tobytes()         # the same bits (NaNs of bfloat16 too)
     with pytest.raises(ValueError, match="do not broadcast"):
         fn(np.ones((3, 4), k.dtype.np), np.ones((5,), k.dtype.np))
     with pytest.raises(ValueError, match=r"out is .* \(3, 4\), the result is .* \(2, 3, 4\)"):

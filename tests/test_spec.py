@@ -246,9 +246,9 @@ def test_ops_are_not_callable_in_pair_expressions(tmp_path):
 # ---- entry-point symbols and pyew functions are unique across spec files ------------------------
 
 @pytest.mark.parametrize("text,match", [
-    (_with(name='"naive_relu"', dtypes='["float32"]'),
-     r"mine.toml: op 'naive_relu': field 'name': its float32 forward entry point ew_naive_relu_f32 is also the "
-     r"float32 naive entry point of op 'relu' \(libew/ops.toml\)"),
+    (_with(name='"relu_strided"', dtypes='["float32"]'),
+     r"mine.toml: op 'relu_strided': field 'name': its float32 forward entry point ew_relu_strided_f32 is also the "
+     r"float32 strided entry point of op 'relu' \(libew/ops.toml\)"),
     (_with(name='"upsample_nearest2d_backward"', dtypes='["float16"]'),
      r"entry point ew_upsample_nearest2d_backward_f16 is also the float16 backward entry point of op "
      r"'upsample_nearest2d'"),
@@ -416,3 +416,90 @@ def test_int_arithmetic_of_the_default_spec_wraps():
     cuh = (ROOT / "libew/ew_math.cuh").read_text()
     for name in ("wrap_add", "wrap_sub", "wrap_mul"):
         assert f"__device__ __forceinline__ T {name}(T a, T b)" in cuh
+
+
+# ---- the numpy vocabulary's fields: ufunc, fixed, ulp, launch ---------------------------------------
+
+def test_vocabulary_fields_parse():
+    (op,) = one(_with(name='"pick"', inputs='["cond", "x", "y"]', dtypes='["float", "int", "bool"]',
+                      expr='"cond ? x : y"', ref='"np.where(cond, x, y)"') + 'fixed = { cond = "bool" }\n'
+                + 'ufunc = "copysign"\nulp = 0\nlaunch = "basic"\n')
+    assert op.fixed == (("cond", "bool"),) and op.ufunc == "copysign" and op.ulp == 0 and op.launch == "basic"
+    f32 = next(k for k in op.kernels() if k.dtype.name == "float32")
+    assert [d.name for d in f32.in_dtypes] == ["bool", "float32", "float32"]
+    (plain,) = one(GOOD)
+    assert plain.fixed == () and plain.ufunc is None and plain.ulp is None and plain.launch == "tuned"
+    assert [d.name for d in plain.kernels()[0].in_dtypes] == ["float32"]
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(ufunc='"subtrct"'), r"op 'twice': field 'ufunc': numpy has no ufunc 'subtrct' \(np.subtrct is missing\)"),
+    (dict(ufunc='"where"'), r"field 'ufunc': numpy has no ufunc 'where' \(np.where is not a ufunc\)"),
+    (dict(ufunc='"true_divide"'), r"field 'ufunc': np.true_divide is the ufunc 'divide': write ufunc = \"divide\""),
+    (dict(ufunc="3"), r"field 'ufunc': must be the name of a numpy ufunc, not 3"),
+    (dict(ufunc='"np.add"'), r"field 'ufunc': must be the name of a numpy ufunc, not 'np.add'"),
+    (dict(fixed='"bool"'), r"field 'fixed': must be a table \{input = \"dtype\"\}, not 'bool'"),
+    (dict(fixed="{}"), r"field 'fixed': must be a table"),
+    (dict(fixed='{ y = "bool" }'), r"field 'fixed': 'y' is not one of the op's inputs \(x\)"),
+    (dict(fixed='{ x = "int8" }'), r"field 'fixed': input 'x': 'int8' is not a dtype a 'map' op takes"),
+    (dict(fixed='{ x = "bool" }'), r"field 'fixed': fixes the dtype of every input; at least one input must"),
+    (dict(inputs='["c", "x"]', fixed='{ c = "bool" }', dtypes='["float16"]', pair='{ float16 = "x" }'),
+     r"field 'pair': an op with fixed input dtypes has no paired form"),
+    (dict(ulp="-1"), r"field 'ulp': must be a whole number of ulp in 0\.\.1048576, got -1"),
+    (dict(ulp="1.5"), r"field 'ulp': must be a whole number of ulp"),
+    (dict(ulp="true"), r"field 'ulp': must be a whole number of ulp"),
+    (dict(launch='"fast"'), r"field 'launch': must be one of 'tuned', 'basic', got 'fast'"),
+    (dict(out='"bool"', dtypes='["uint32"]'), r"field 'dtypes': a 'map' op supports .*; not uint32"),
+])
+def test_vocabulary_field_errors(fields, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(**fields))
+
+
+@pytest.mark.parametrize("text,match", [
+    (_with(name='"minus"', ufunc='"subtract"'),
+     r"mine.toml: op 'minus': field 'ufunc': np.subtract is already implemented by op 'sub' \(libew/ops.toml\)"),
+    (_with(name='"plus"', ufunc='"maximum"'),
+     r"mine.toml: op 'plus': field 'ufunc': 'maximum' is also the name of op 'maximum' \(libew/ops.toml\)"),
+])
+def test_each_ufunc_maps_to_one_op(tmp_path, text, match):
+    with pytest.raises(SpecError, match=match):
+        _load_with_default(tmp_path, text)
+
+
+def test_default_vocabulary_is_numpys():
+    """Every op named after a numpy ufunc has numpy's name; the ops named otherwise say which ufunc
+    they are; comparisons and the is* tests return bool; where's condition is bool."""
+    import numpy as np
+    spec = load(["libew/ops.toml"])
+    ufuncs = {o.ufunc or o.name: o for o in spec.ops if o.kind == "map"
+              if isinstance(getattr(np, o.ufunc or o.name, None), np.ufunc)}
+    for name in ("add", "subtract", "multiply", "divide", "negative", "sqrt", "arctan2", "floor_divide",
+                 "greater", "logical_xor", "bitwise_and", "invert", "logaddexp", "isfinite", "signbit"):
+        assert name in ufuncs, name
+    assert spec.op("sub").ufunc == "subtract" and spec.op("div").ufunc == "divide"
+    for name in ("greater", "equal", "isnan", "isinf", "isfinite", "signbit", "logical_not", "logical_and",
+                 "to_bool"):
+        assert spec.op(name).out == "bool", name
+    where = spec.op("where")
+    assert where.fixed == (("condition", "bool"),) and where.inputs == ("condition", "x", "y")
+    assert {d.name for d in spec.op("where").dtypes} == {"float32", "float64", "float16", "bfloat16", "int32",
+                                                          "int64", "bool"}
+    # numpy has integer and bool loops for these and none for the math functions
+    assert "bool" in {d.name for d in spec.op("bitwise_xor").dtypes}
+    assert not {d.name for d in spec.op("sqrt").dtypes} & {"int32", "int64", "bool"}
+    # every op of the vocabulary states its float32 accuracy, or uses the default rtol on purpose
+    for o in spec.ops:
+        if o.launch == "basic" and o.out is None and any(d.kind == "float" for d in o.dtypes):
+            assert o.ulp is not None or o.name == "floor_divide", o.name
+
+
+def test_an_unqualified_call_of_an_op_name_is_the_op(tmp_path):
+    """With the vocabulary in the spec, exp(x) in an expression is the op exp (numpy's), ::exp(x) is
+    CUDA's; either way the op's tuning guess sees a function call."""
+    from generator.spec import direct_calls, op_tuning
+    spec = _load_with_default(tmp_path, _with(dtypes='["float32"]', expr='"exp(x) + ::exp(x)"'))
+    mine = spec.op("twice")
+    assert [o.name for o in direct_calls(mine, spec)] == ["exp"]
+    assert op_tuning(mine, spec) == op_tuning(spec.op("exp"), spec) == "compute"
+    assert "fmax" not in spec.op("silu").calls      # silu calls CUDA's fmax (::fmax), not the op fmax

@@ -60,17 +60,15 @@ def test_special_kernels_render(tmp_path):
     assert "launch_upsample_backward<__half, float>" in up
     assert "launch_upsample_forward<double, double>" in (gen / "ew_upsample_nearest2d_f64.cu").read_text()
     dot16 = (gen / "ew_dot_f16.cu").read_text()
-    for m in ("kFast", "kHalfAtomic", "kHalf2Pack"):
-        assert f"ew::DotMethod::{m}, __half, float" in dot16
-    dot32 = (gen / "ew_dot_f32.cu").read_text()
-    assert "kFast" in dot32 and "kHalfAtomic" not in dot32
+    assert "ew::launch_dot<__half, float>(" in dot16 and "atomic" not in dot16       # the atomics: libew_bench
+    assert "ew::launch_dot<float, float>(" in (gen / "ew_dot_f32.cu").read_text()
     sc = (gen / "ew_scatter_add_f16.cu").read_text()
     for sym in ("ew_scatter_add_f16_i32", "ew_scatter_add_f16_i64", "ew_scatter_add_check_f16_i32",
                 "ew_scatter_add_check_f16_i64"):
         assert f"EW_API int {sym}(" in sc
     header = (tmp_path / "ew.h").read_text()
-    assert ("EW_API int ew_dot_half2_pack_bf16(void* result, void* work, const void* a, const void* b, "
-            "int64_t n, void* stream, int sms, int threads_per_sm);") in header
+    assert ("EW_API int ew_dot_fast_bf16(void* result, void* work, const void* a, const void* b, "
+            "int64_t n, void* stream, int sms, int threads_per_sm);") in header and "half2_pack" not in header
     man = json.loads((tmp_path / "manifest.json").read_text())
     kinds = {o["name"]: o["kind"] for o in man["ops"]}
     assert kinds["add_relu_mask"] == "relu_mask" and kinds["relu_mask_backward"] == "mask_backward"
@@ -133,8 +131,7 @@ def test_special_symbols_exported():
                 f"ew_scatter_add_{d}_i32", f"ew_scatter_add_{d}_i64", f"ew_scatter_add_check_{d}_i32",
                 f"ew_scatter_add_check_{d}_i64"}
         assert want <= exported, sorted(want - exported)
-    for d in ("f16", "bf16"):
-        assert {f"ew_dot_half_atomic_{d}", f"ew_dot_half2_pack_{d}"} <= exported
+    assert not [s for s in exported if "half_atomic" in s or "half2_pack" in s]      # the benchmark library's
 
 
 @needs_lib
@@ -145,9 +142,9 @@ def test_special_signatures_and_docs():
     assert sig(pyew.relu_mask_backward) == "(dy, mask, /, *, out=None, stream=None)"
     assert sig(pyew.upsample_nearest2d) == "(x, /, scale=None, *, output_size=None, out=None, stream=None)"
     assert sig(pyew.upsample_nearest2d_backward) == "(dy, /, scale=None, *, input_size=None, out=None, stream=None)"
-    assert sig(pyew.dot) == "(a, b, /, *, method='fast', out=None, stream=None)"
+    assert sig(pyew.dot) == "(a, b, /, *, out=None, stream=None)"
     assert sig(pyew.scatter_add) == "(dst, index, src, /, *, stream=None)"
-    assert "half2_pack" in pyew.dot.__doc__ and "bit i % 32 of word i // 32" in pyew.relu_mask.__doc__
+    assert "one atomicAdd per block" in pyew.dot.__doc__ and "bit i % 32 of word i // 32" in pyew.relu_mask.__doc__
     kinds = {o["name"]: o["kind"] for o in pyew.ops()}
     assert kinds["dot"] == "dot" and kinds["upsample_nearest2d"] == "upsample_nearest2d"
     bwd = next(o for o in pyew.ops() if o["name"] == "upsample_nearest2d_backward")
@@ -219,9 +216,7 @@ BAD_CALLS = [
     (lambda: pyew.upsample_nearest2d_backward(fake((1, 1, 4, 4), "float32"), out=f32(1, 1, 2, 2)),
      TypeError, "out must be a GPU array"),
     # dot
-    (lambda: pyew.dot(f32(3), f32(3), method="slow"), ValueError, "unknown method 'slow'; methods: fast, half2_pack"),
-    (lambda: pyew.dot(f32(3), f32(3), method="half_atomic"), TypeError,
-     r"dot\(method='half_atomic'\) has no float32 kernel; it supports float16, bfloat16"),
+    (lambda: pyew.dot(f32(3), f32(3), method="fast"), TypeError, "unexpected keyword argument 'method'"),
     (lambda: pyew.dot(f32(3), f32(4)), ValueError, r"1-D of one length, got shapes \(3,\) and \(4,\)"),
     (lambda: pyew.dot(f32(2, 2), f32(2, 2)), ValueError, "1-D of one length"),
     (lambda: pyew.dot(f32(3), np.zeros(3, np.complex64)), TypeError, "complex64, which pyew does not support"),

@@ -4,7 +4,7 @@
 %>\
 // generated from ${comment(op.source)} by generator/ -- do not edit
 // ${kernel.name}: ${comment(op.doc)}  [${T.name}, dx = mask bit ? dy : +0]
-#include "ew.h"
+#include "proto/${op.name}.h"
 #include "relu_mask.cuh"
 
 ${abi.head(e)} {

@@ -6,7 +6,7 @@
 %>\
 // generated from ${comment(op.source)} by generator/ -- do not edit
 // ${kernel.name}: ${comment(op.doc)}  [${T.name}, y and a 1-bit-per-element mask]
-#include "ew.h"
+#include "proto/${op.name}.h"
 #include "relu_mask.cuh"
 
 ${abi.head(e)} {

@@ -4,7 +4,7 @@
 %>\
 // generated from ${comment(op.source)} by generator/ -- do not edit
 // ${kernel.name}: ${comment(op.doc)}  [${T.name}; int32 and int64 indices]
-#include "ew.h"
+#include "proto/${op.name}.h"
 #include "scatter.cuh"
 % for e in entries:
 <% kind, tok = e.role.split("_") %>\

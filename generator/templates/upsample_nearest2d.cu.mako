@@ -5,7 +5,7 @@
 %>\
 // generated from ${comment(op.source)} by generator/ -- do not edit
 // ${kernel.name}: ${comment(op.doc)}  [${T.name}, NCHW, accumulating in ${T.compute}]
-#include "ew.h"
+#include "proto/${op.name}.h"
 #include "upsample.cuh"
 
 ${abi.head(fwd)} {

@@ -20,11 +20,15 @@ class MapOp:
         self.op = op
         self.name = op.name
         self.arity = len(op.inputs)
+        # The fast paths take every operand in one dtype: only kernels whose inputs are all of their
+        # dtype (of an op with a fixed input, such as where's bool condition, only the one where
+        # the fixed dtype is the kernel's; every other call goes through call.prepare).
+        uniform = [k for k in op.kernels if all(d is k.dtype for d in k.in_dtypes)]
         # DeviceArray fast path: dtype -> (entry function, output dtype, symbol)
-        self.fast = {k.dtype: (k.entry("forward").fn, k.out_dtype, k.entry("forward").symbol) for k in op.kernels}
+        self.fast = {k.dtype: (k.entry("forward").fn, k.out_dtype, k.entry("forward").symbol) for k in uniform}
         self.host_fast = {d.np: v for d, v in self.fast.items()}   # the same, by numpy dtype
         # arrays with Python numbers: dtype -> (strided entry, output dtype)
-        self.with_numbers = {k.dtype: (k.entry("strided"), k.out_dtype) for k in op.kernels
+        self.with_numbers = {k.dtype: (k.entry("strided"), k.out_dtype) for k in uniform
                              if k.entry("strided") is not None}
         self.default_pvals = (None if any(p.default is None for p in op.params)
                               else call.param_values(op, {}))
@@ -75,7 +79,8 @@ class MapOp:
                 s = rt.resolve_stream(stream)
                 devs = [a if type(a) is DeviceArray else interop.import_device(a, s, self.name) for a in args]
                 if out is not None and type(out) is not DeviceArray:
-                    out = interop.import_device(out, s, self.name) or out
+                    imported = interop.import_device(out, s, self.name)
+                    out = out if imported is None else imported
                 d0 = devs[0]
                 if d0 is not None:
                     info, shape = d0._info, d0.shape
@@ -274,6 +279,11 @@ class MapOp:
         lines.append(f"Inputs: {', '.join(op.inputs)}: numpy arrays, GPU arrays (DeviceArray, or torch/CuPy/JAX/"
                      "Numba arrays through DLPack or the CUDA Array Interface), or scalars; shapes broadcast "
                      "and dtypes promote as in numpy.")
+        for name, info in op.fixed.items():
+            lines.append(f"Input {name} is always {info.name}: it takes no part in promotion, and an argument of "
+                         f"another dtype is converted to {info.name} (to_{info.name}).")
+        if op.ufunc:
+            lines.append(f"numpy's {op.ufunc}.")
         for p in op.params:
             d = "required" if p.default is None else f"default {p.default}"
             lines.append(f"Param {p.name} ({p.type}, {d}).")

@@ -1,0 +1,366 @@
+"""numpy's names for the ops: which op of the loaded library implements a numpy ufunc, Python's
+operators as numpy names them, and how DeviceArray's operators and numpy's ufuncs
+(`__array_ufunc__`) reach the op functions.
+
+The mapping is read from the library's manifest alone: the op whose `ufunc` field names the ufunc
+(op `sub` declares ufunc = "subtract"), else the map op of that name (`exp`). An operator or ufunc
+the library has no op for raises TypeError naming the op to add; nothing falls back to numpy on
+the host. Every call goes through the op functions (pyew.<op>(a, b, out=...)), so promotion
+(numpy 2's rules, Python numbers weak), broadcasting and out= are the ops' own.
+"""
+from __future__ import annotations
+
+import numbers
+import sys
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from . import array, formula, interop, kinds, library
+from . import dtypes as dt
+from . import runtime as rt
+from .array import DeviceArray
+from .call import overlaps
+from .errors import LibraryError
+from .operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One of Python's operators on arrays: `symbol` as written, `method` the stem of its special
+    methods (__<method>__, and where `reflected`, __r<method>__ and __i<method>__), `ufunc` the
+    numpy ufunc it is on numpy arrays, `arity` 1 or 2."""
+    symbol: str
+    method: str
+    ufunc: str
+    arity: int
+    reflected: bool
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Its special methods: __add__, __radd__, __iadd__ (one for unary operators and comparisons,
+        which Python reflects by swapping the comparison)."""
+        m = self.method
+        return (f"__{m}__", f"__r{m}__", f"__i{m}__") if self.reflected else (f"__{m}__",)
+
+
+def _arith(symbol, method, ufunc):
+    return Operator(symbol, method, ufunc, 2, True)
+
+
+def _compare(symbol, method, ufunc):
+    return Operator(symbol, method, ufunc, 2, False)
+
+
+def _unary(symbol, method, ufunc):
+    return Operator(symbol, method, ufunc, 1, False)
+
+
+# Python's operators, not ops: which ufunc each one is comes from numpy (ndarray's own operators).
+OPERATORS: tuple[Operator, ...] = (
+    _arith("+", "add", "add"),
+    _arith("-", "sub", "subtract"),
+    _arith("*", "mul", "multiply"),
+    _arith("/", "truediv", "divide"),          # np.true_divide is np.divide
+    _arith("//", "floordiv", "floor_divide"),
+    _arith("%", "mod", "remainder"),
+    _arith("**", "pow", "power"),
+    _arith("&", "and", "bitwise_and"),
+    _arith("|", "or", "bitwise_or"),
+    _arith("^", "xor", "bitwise_xor"),
+    _arith("<<", "lshift", "left_shift"),
+    _arith(">>", "rshift", "right_shift"),
+    _compare("<", "lt", "less"),
+    _compare("<=", "le", "less_equal"),
+    _compare(">", "gt", "greater"),
+    _compare(">=", "ge", "greater_equal"),
+    _compare("==", "eq", "equal"),
+    _compare("!=", "ne", "not_equal"),
+    _unary("-x", "neg", "negative"),
+    _unary("+x", "pos", "positive"),
+    _unary("abs(x)", "abs", "absolute"),
+    _unary("~x", "invert", "invert"),
+)
+
+BY_METHOD: Mapping[str, Operator] = MappingProxyType({m: o for o in OPERATORS for m in o.methods})
+_SYMBOL = {o.ufunc: o.symbol for o in OPERATORS}
+
+
+# ---- the mapping, from the manifest --------------------------------------------------------------
+
+def derive(ops: Iterable) -> dict[str, str]:
+    """ufunc name -> op name for these ops (the manifest's): a map op's `ufunc` field where it has
+    one (numpy's aliases read as the ufunc's __name__, which numpy hands __array_ufunc__), else its
+    own name. Two ops declaring one ufunc are an error of the spec."""
+    claimed: dict[str, str] = {}
+    named: dict[str, str] = {}
+    for op in ops:
+        if op.kind != "map":
+            continue
+        u = getattr(op, "ufunc", None)
+        if u:
+            alias = getattr(np, u, None)            # "true_divide" is numpy's "divide"
+            u = alias.__name__ if isinstance(alias, np.ufunc) else u
+        if not u:
+            named[op.name] = op.name
+        elif u in claimed:
+            raise LibraryError(f"ops {claimed[u]!r} and {op.name!r} of the loaded library both declare "
+                               f"ufunc = {u!r}; keep it on one of them in the spec and rebuild")
+        else:
+            claimed[u] = op.name
+    named.update(claimed)           # a declared ufunc wins over an op that merely has its name
+    return named
+
+
+_table: Mapping[str, str] | None = None
+_entries: dict[str, tuple[Callable, library.Op] | None] = {}     # ufunc name -> (function, op)
+
+
+def ufunc_table() -> Mapping[str, str]:
+    """numpy ufunc name -> the name of the op that implements it, for the loaded library (map ops
+    without a `ufunc` field are listed under their own names)."""
+    global _table
+    if _table is None:
+        _table = MappingProxyType(derive(library.get().manifest.ops))
+    return _table
+
+
+def _entry(name: str) -> tuple[Callable, library.Op] | None:
+    try:
+        return _entries[name]
+    except KeyError:
+        pass
+    table = ufunc_table()
+    op = table.get(name)
+    if op is None:
+        alias = getattr(np, name, None)           # np.true_divide, np.abs: numpy's own aliases
+        if isinstance(alias, np.ufunc):
+            op = table.get(alias.__name__)
+    e = (kinds.table()[op], library.get().manifest.op(op)) if op is not None else None
+    _entries[name] = e
+    return e
+
+
+def ufunc_op(name) -> Callable | None:
+    """The op function that implements numpy ufunc `name` (a name such as "subtract", or the ufunc
+    itself), or None where the loaded library has none."""
+    e = _entry(name if isinstance(name, str) else name.__name__)
+    return e[0] if e is not None else None
+
+
+def _forget() -> None:
+    global _table
+    _table = None
+    _entries.clear()
+    _out_dtypes.clear()
+
+
+kinds.on_reset(_forget)
+
+
+def missing(ufunc: str, what: str) -> TypeError:
+    """The error for a ufunc the loaded library has no op for: which op to add, and how."""
+    lib = library.get()
+    return TypeError(f"{what} needs an op for numpy's {ufunc!r}, and the loaded library ({lib.path}) has none: "
+                     f'add an [[op]] with name = "{ufunc}" (or with ufunc = "{ufunc}") to a spec and rebuild '
+                     f'(make all; your own spec file: make all SPEC="libew/ops.toml my_ops.toml")')
+
+
+def _function(ufunc: str, what: str | None = None) -> tuple[Callable, library.Op]:
+    e = _entries.get(ufunc) or _entry(ufunc)
+    if e is None:
+        raise missing(ufunc, what or f"operator {_SYMBOL.get(ufunc, ufunc)}")
+    return e
+
+
+# ---- which operands pyew takes -----------------------------------------------------------------------
+
+_PLAIN = frozenset((DeviceArray, np.ndarray, float, int, bool))
+
+
+def takes(x) -> bool:
+    """Whether an operator or ufunc with a DeviceArray runs x through pyew's ops: DeviceArrays, GPU
+    arrays of other libraries, numpy arrays and scalars, Python numbers, lists. For anything else
+    (a type that sets __array_ufunc__ = None, dask or pandas objects, ...) the DeviceArray answers
+    NotImplemented, so Python or numpy asks the other operand."""
+    t = type(x)
+    if t in _PLAIN:
+        return True
+    if getattr(t, "__array_ufunc__", True) is None:
+        return False
+    if isinstance(x, (np.ndarray, np.generic, numbers.Number, list, tuple)):
+        return True
+    return interop.device_index(x) is not None
+
+
+# ---- operators ----------------------------------------------------------------------------------------
+
+def binary(ufunc: str, a, b):
+    """a <op> b for DeviceArray a on the left (__add__, and comparisons either way round)."""
+    if type(b) not in _PLAIN and not takes(b):
+        return NotImplemented
+    e = _entries.get(ufunc) or _function(ufunc)
+    return e[0](a, b)
+
+
+def reflected(ufunc: str, a, b):
+    """b <op> a, for DeviceArray a on the right (__radd__ and the like)."""
+    if type(b) not in _PLAIN and not takes(b):
+        return NotImplemented
+    e = _entries.get(ufunc) or _function(ufunc)
+    return e[0](b, a)
+
+
+def unary(ufunc: str, a):
+    """<op> a: -a, +a, abs(a), ~a."""
+    e = _entries.get(ufunc) or _function(ufunc)
+    return e[0](a)
+
+
+def inplace(ufunc: str, a, b):
+    """a <op>= b: into a itself, as numpy's in-place operators (out=a, casting 'same_kind')."""
+    if type(b) not in _PLAIN and not takes(b):
+        return NotImplemented
+    fn, op = _entries.get(ufunc) or _function(ufunc)
+    into(fn, op, ufunc, (a, b), a)
+    return a
+
+
+# ---- out=, with numpy's casting -------------------------------------------------------------------------
+
+_out_dtypes: dict[tuple, dt.DType | None] = {}     # (op, operand dtypes or number types) -> result dtype
+
+
+def _out_dtype(op: library.Op, args) -> dt.DType | None:
+    """The dtype op's call gives for these operands, or None where only the call can tell (foreign
+    arrays, lists, or operands it will refuse with its own error)."""
+    key = [op.name]
+    for x in args:
+        t = type(x)
+        if t is DeviceArray:
+            key.append(x._info)
+        elif t is float or t is int or t is bool:
+            key.append(t)
+        elif isinstance(x, (np.ndarray, np.generic)):
+            key.append(x.dtype)
+        else:
+            return None
+    key = tuple(key)
+    try:
+        return _out_dtypes[key]
+    except KeyError:
+        pass
+    try:
+        operands = [Operand("x", SCALAR, k(0), None, ()) if isinstance(k, type) else
+                    Operand("x", DEVICE, None, dt.lookup(k), ()) for k in key[1:]]
+        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name)
+        got = op.kernel(kd).out_dtype
+    except (KeyError, TypeError, ValueError):
+        got = None
+    _out_dtypes[key] = got
+    return got
+
+
+def _shape_of(x):
+    if isinstance(x, (DeviceArray, np.ndarray)):
+        return tuple(x.shape)
+    return np.shape(x) if isinstance(x, (list, tuple)) else ()
+
+
+def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
+    """fn(*args) written into out, numpy's way: where the result's dtype is out's, the op's own
+    out=; else (casting 'same_kind', as numpy's out= and in-place operators allow) into a new
+    array, converted into out on the GPU. An out that overlaps an input without being exactly it
+    gets the result after every input was read, as numpy guarantees."""
+    if type(out) is not DeviceArray:
+        fn(*args, out=out)          # numpy or foreign arrays: the op's checks and messages
+        return out
+    info = _out_dtype(op, args)
+    shifted = any(type(x) is DeviceArray and overlaps(x, out) and
+                  not (x.ptr == out.ptr and x.shape == out.shape and x._info is out._info) for x in args)
+    if not shifted and (info is None or info is out._info):
+        fn(*args, out=out)
+        return out
+    if out.readonly:
+        raise ValueError(f"{op.name}: out is a read-only GPU array")
+    if info is not None:
+        _check_cast(info, out, op, ufunc)
+    try:
+        shape = tuple(np.broadcast_shapes(*(_shape_of(x) for x in args)))
+    except ValueError:
+        shape = None                # the op's call below raises its own error
+    if shape is not None and shape != out.shape:
+        raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
+                         f"broadcast shape {shape}")
+    res = fn(*args)
+    if res.shape != out.shape:
+        raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
+                         f"broadcast shape {res.shape}")
+    if res._buf.stream.ordinal != out._buf.stream.ordinal:
+        raise ValueError(f"{op.name}: out is on cuda:{out._buf.stream.ordinal} and the inputs on "
+                         f"cuda:{res._buf.stream.ordinal}; the GPU arrays of one call must be on one GPU")
+    _check_cast(res._info, out, op, ufunc)
+    with rt.on(out._buf.stream.ordinal):
+        if res._info is out._info:
+            array.copy_into(out, res)
+        else:
+            array.cast(res, out._info, out=out)
+    return out
+
+
+def _check_cast(info: dt.DType, out: DeviceArray, op: library.Op, ufunc: str) -> None:
+    """A result of dtype `info` may go into out: numpy's 'same_kind' rule, and a cast op to do it."""
+    if info is out._info:
+        return
+    if not np.can_cast(info.np, out.dtype, "same_kind"):
+        raise TypeError(f"Cannot cast ufunc {ufunc!r} output from {info.name} to {out._info.name} with casting "
+                        "rule 'same_kind' (numpy's rule for out= and in-place operators); write into a "
+                        f"{info.name} array, or convert an input with .astype()")
+    if array.cast_entry(info, out._info) is None:
+        raise TypeError(f"{op.name}: the result is {info.name} and out is {out._info.name}, but the library has no "
+                        f"cast from {info.name} to {out._info.name} (op to_{out._info.name}); add it to a spec and "
+                        f"rebuild, or write into a {info.name} array")
+
+
+# ---- numpy's ufuncs on DeviceArrays (NEP 13) ----------------------------------------------------------
+
+# keywords a ufunc call may pass at their default value (each changes nothing then)
+_DEFAULTS = {"where": True, "casting": "same_kind", "order": "K", "dtype": None, "subok": True, "signature": None}
+
+
+def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
+    """DeviceArray.__array_ufunc__: np.exp(d), np.add(d, x, out=d) run the op that implements the
+    ufunc and return DeviceArrays; numpy operands are uploaded, as the ops do. Anything else (a
+    ufunc pyew has no op for, reduce/accumulate/outer/at, keywords other than out=) is a
+    TypeError: no silent host copy."""
+    name = ufunc.__name__
+    out = kwargs.pop("out", None)
+    outs = out if out is not None else ()
+    if not all(takes(x) for x in inputs) or not all(x is None or takes(x) for x in outs):
+        return NotImplemented           # an operand of another library's: numpy asks it next
+    if method != "__call__":
+        raise TypeError(f"numpy's {name}.{method} is not supported on DeviceArrays: pyew's ops are elementwise "
+                        f"(np.{name}(...) itself runs on the GPU); copy to the host with .get() for numpy's "
+                        f"{name}.{method}")
+    for k, v in kwargs.items():
+        default = _DEFAULTS.get(k, ...)
+        if default is ... or not (v is default or (isinstance(v, (str, bool, np.bool_)) and v == default)):
+            raise TypeError(f"np.{name}(..., {k}={v!r}) is not supported on DeviceArrays: pyew's ops take out= only "
+                            "(convert dtypes with .astype())")
+    if ufunc.nout != 1:
+        raise TypeError(f"numpy's {name} has {ufunc.nout} outputs; pyew's ops have one, so it has no DeviceArray "
+                        "version")
+    fn, op = _entries.get(name) or _function(name, f"np.{name} on a DeviceArray")
+    if len(op.inputs) != ufunc.nin:
+        raise TypeError(f"op {op.name} implements numpy's {name} in the loaded library but takes "
+                        f"{len(op.inputs)} input(s), and numpy's {name} takes {ufunc.nin}; fix its spec")
+    o = outs[0] if outs else None
+    if o is None:
+        return fn(*inputs)
+    return into(fn, op, name, inputs, o)
+
+
+array.use_ufuncs(sys.modules[__name__])
+formula.use_operators(OPERATORS)

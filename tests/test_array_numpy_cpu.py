@@ -1,0 +1,545 @@
+"""DeviceArray as numpy users expect it, without a GPU: the ufunc mapping read from the manifest,
+the table of Python's operators, the errors (no implicit host copy, unsupported ufunc methods and
+keywords, missing ops), and the operators, ufunc calls, in-place forms, reshape and printing run
+through the real call layer over the CPU stand-ins (tests/fake_cuda.py, fake_kernels.py)."""
+from __future__ import annotations
+
+import re
+import types
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyew
+from pyew import array, library, ufuncs
+from pyew import dtypes as dt
+from pyew.array import DeviceArray
+from pyew.errors import LibraryError
+from pyew.ufuncs import OPERATORS, derive, ufunc_op
+
+from .helpers import manifest_ops
+
+needs_lib = pytest.mark.skipif(not manifest_ops(), reason="libew.so not built (make all)")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _bare(shape=(3,), dtype="float32") -> DeviceArray:
+    """A DeviceArray over no memory: for what must fail before anything is read."""
+    return DeviceArray(None, 0, shape, dt.BY_NAME[dtype])
+
+
+def _op(name, kind="map", **ufunc):
+    return types.SimpleNamespace(name=name, kind=kind, **ufunc)
+
+
+# ---- the tables, without a library ----------------------------------------------------------------
+
+@pytest.mark.parametrize("o", OPERATORS, ids=lambda o: o.method)
+def test_each_operator_is_the_ufunc_numpy_runs_for_it(o):
+    """On numpy arrays the operator and its ufunc agree (so the table is numpy's, not a guess)."""
+    uf = getattr(np, o.ufunc)
+    assert isinstance(uf, np.ufunc) and uf.__name__ == o.ufunc and uf.nin == o.arity and uf.nout == 1
+    a = np.array([5, 3, 7, 12], np.int64)
+    b = np.array([2, 3, 4, 1], np.int64)
+    if o.arity == 1:
+        assert np.array_equal(getattr(a, o.methods[0])(), uf(a))
+        return
+    assert np.array_equal(getattr(a, o.methods[0])(b), uf(a, b))
+    if o.reflected:
+        assert np.array_equal(getattr(a, o.methods[1])(b), uf(b, a))
+        c = a.astype(uf(a, b).dtype)
+        assert getattr(c, o.methods[2])(b) is c and np.array_equal(c, uf(a, b))
+
+
+def test_device_array_has_every_operator_and_routes_it(monkeypatch):
+    """Each special method of the table is DeviceArray's and asks pyew.ufuncs for its ufunc, in
+    its direction; DeviceArray has no operator the table lacks."""
+    calls = []
+    stub = types.SimpleNamespace(
+        binary=lambda u, a, b: calls.append(("binary", u, b)) or "r",
+        reflected=lambda u, a, b: calls.append(("reflected", u, b)) or "r",
+        inplace=lambda u, a, b: calls.append(("inplace", u, b)) or "r",
+        unary=lambda u, a: calls.append(("unary", u, None)) or "r")
+    monkeypatch.setattr(array, "_ufuncs", stub)
+    d = _bare()
+    for o in OPERATORS:
+        for m, kind in zip(o.methods, ("binary", "reflected", "inplace")):
+            calls.clear()
+            got = getattr(d, m)() if o.arity == 1 else getattr(d, m)(7)
+            want = ("unary", o.ufunc, None) if o.arity == 1 else (kind, o.ufunc, 7)
+            assert got == "r" and calls == [want], m
+    for m in ufuncs.BY_METHOD:
+        assert m in vars(DeviceArray), m
+    for m in ("__matmul__", "__rmatmul__", "__imatmul__", "__divmod__", "__rdivmod__"):   # not elementwise ops
+        assert not hasattr(DeviceArray, m), m
+    assert DeviceArray.__hash__ is None
+
+
+def test_the_mapping_takes_the_ufunc_field_then_the_name():
+    ops = [_op("sub", ufunc="subtract"), _op("exp"), _op("subtract"), _op("relu_mask", kind="relu_mask"),
+           _op("mul", ufunc="multiply"), _op("old"), _op("neg", ufunc=None), _op("where2", ufunc=""),
+           _op("fabs2", ufunc="abs")]
+    got = derive(ops)
+    assert got["absolute"] == "fabs2" and "abs" not in got      # numpy's alias, as numpy names the ufunc
+    assert got["subtract"] == "sub"            # the declared ufunc wins over the op of that name
+    assert got["multiply"] == "mul" and got["exp"] == "exp" and got["old"] == "old"
+    assert "sub" not in got and "mul" not in got   # an op with a ufunc field answers to that name only
+    assert got["neg"] == "neg" and got["where2"] == "where2"
+    assert "relu_mask" not in got              # only map ops are ufuncs
+
+
+def test_the_mapping_works_before_ops_have_a_ufunc_field():
+    ops = [types.SimpleNamespace(name="add", kind="map"), types.SimpleNamespace(name="sub", kind="map")]
+    assert derive(ops) == {"add": "add", "sub": "sub"}
+
+
+def test_two_ops_claiming_one_ufunc_is_an_error_naming_both():
+    with pytest.raises(LibraryError, match="'sub' and 'minus' .* both declare ufunc = 'subtract'"):
+        derive([_op("sub", ufunc="subtract"), _op("minus", ufunc="subtract")])
+
+
+def test_operands_pyew_takes_and_those_it_leaves_to_python():
+    for x in (1, 2.5, True, np.float16(1), np.zeros(3), np.zeros(3).view(np.recarray), [1, 2], (1.0,), _bare(), 1j):
+        assert ufuncs.takes(x), type(x)
+
+    class OptsOut:
+        __array_ufunc__ = None
+
+    for x in (OptsOut(), object(), None, "text", {1: 2}):
+        assert not ufuncs.takes(x), type(x)
+
+
+def test_other_operands_get_their_own_operators():
+    """An operand pyew does not take gets Python's next try: its reflected method, else Python's
+    TypeError; one that opts out of numpy's protocol (__array_ufunc__ = None) handles it."""
+    class Other:
+        __array_ufunc__ = None
+
+        def __radd__(self, other):
+            return "other's +"
+
+        def __rlt__(self, other):       # not a Python method: < reflects to >
+            raise AssertionError
+
+        def __gt__(self, other):
+            return "other's >"
+
+    d = _bare()
+    assert d + Other() == "other's +"
+    assert (d < Other()) == "other's >"
+    with pytest.raises(TypeError, match="unsupported operand"):
+        d - object()
+    with pytest.raises(TypeError, match="unsupported operand"):
+        d ** "x"
+    with pytest.raises(TypeError, match="unsupported operand"):
+        pow(d, 2, 3)
+    with pytest.raises(TypeError):
+        d += object()
+    assert (d == object()) is False and (d != object()) is True   # Python's identity fallback
+
+
+def test_ufuncs_defer_to_other_libraries_operands():
+    """NEP 13: a DeviceArray answers NotImplemented for an operand it does not take, so numpy asks
+    that operand's __array_ufunc__ next (also for the ufunc methods pyew refuses)."""
+    class Other:
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            return f"{ufunc.__name__}.{method}"
+
+    assert np.add(_bare(), Other()) == "add.__call__"
+    assert np.multiply(Other(), _bare(), where=True) == "multiply.__call__"
+    assert np.add.outer(_bare(), Other()) == "add.outer"
+    assert np.add(_bare(), 1.0, out=(Other(),)) == "add.__call__"
+
+
+def test_no_implicit_copy_to_numpy():
+    d = _bare()
+    for convert in (np.asarray, np.array, lambda x: np.array([x, x]), lambda x: np.asarray(x, np.float64),
+                    lambda x: np.concatenate([x]), lambda x: np.clip(x, 0, 1),
+                    lambda x: np.testing.assert_array_equal(x, 0)):
+        with pytest.raises(TypeError, match=r"not converted to a numpy array implicitly.*call \.get\(\)"):
+            convert(d)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(d)
+    with pytest.raises(TypeError, match="unhashable"):
+        _ = {d: 1}
+
+
+@pytest.mark.parametrize("call,method", [
+    (lambda d: np.add.reduce(d), "add.reduce"),
+    (lambda d: np.sum(d), "add.reduce"),
+    (lambda d: np.add.accumulate(d), "add.accumulate"),
+    (lambda d: np.multiply.outer(d, d), "multiply.outer"),
+    (lambda d: np.add.at(d, [0], 1), "add.at"),
+    (lambda d: np.maximum.reduceat(d, [0]), "maximum.reduceat"),
+])
+def test_ufunc_methods_are_refused_by_name(call, method):
+    with pytest.raises(TypeError, match=rf"numpy's {method} is not supported on DeviceArrays.*\.get\(\)"):
+        call(_bare())
+
+
+@pytest.mark.parametrize("kw,shown", [({"where": np.ones(3, bool)}, "where="), ({"dtype": np.float64}, "dtype="),
+                                      ({"casting": "unsafe"}, "casting='unsafe'"), ({"order": "F"}, "order='F'"),
+                                      ({"subok": False}, "subok=False"), ({"signature": "ff->f"}, "signature=")])
+def test_ufunc_keywords_other_than_out_are_refused_by_name(kw, shown):
+    with pytest.raises(TypeError, match=rf"np\.add\(\.\.\., {shown}.*not supported on DeviceArrays"):
+        np.add(_bare(), 1.0, **kw)
+
+
+def test_ufuncs_of_two_outputs_are_refused():
+    with pytest.raises(TypeError, match="numpy's divmod has 2 outputs"):
+        np.divmod(_bare(), 2)
+    with pytest.raises(TypeError, match="numpy's modf has 2 outputs"):
+        np.modf(_bare())
+
+
+def test_scalars_and_truth_of_many_elements_need_no_copy_to_fail():
+    d = _bare((2, 3))
+    with pytest.raises(ValueError, match="truth value of an array with more than one element is ambiguous"):
+        bool(d)
+    with pytest.raises(TypeError, match="only 0-dimensional arrays"):
+        float(d)
+    with pytest.raises(TypeError, match="only 0-dimensional arrays"):
+        int(d)
+    with pytest.raises(TypeError, match="len\\(\\) of a 0-d"):
+        len(_bare(()))
+    with pytest.raises(TypeError, match="iteration over a 0-d"):
+        iter(_bare(()))
+
+
+def test_reshape_ravel_are_views_and_check_the_shape():
+    d = _bare((4, 6))
+    for shape in ((24,), (2, 12), (2, 3, 4), (-1,), (3, -1), (2, -1, 3), ((2, 12),), ([4, 6],),
+                  (np.int64(24),), ((np.int32(6), -1),)):
+        r = d.reshape(*shape)
+        assert r.ptr == d.ptr and r._buf is d._buf and r.size == 24, shape
+    assert d.reshape(2, 3, 4).shape == (2, 3, 4) and d.reshape((3, -1)).shape == (3, 8)
+    assert d.ravel().shape == (24,) and d.ravel().ptr == d.ptr
+    assert _bare((0, 3)).reshape(-1, 3).shape == (0, 3) and _bare((1,)).reshape(()).shape == ()
+    for bad, err, msg in [((5, 5), ValueError, "cannot reshape array of size 24 into shape \\(5, 5\\)"),
+                          ((-1, -1), ValueError, "only specify one unknown dimension"),
+                          ((-1, 5), ValueError, "cannot reshape array of size 24"),
+                          ((-2, -12), ValueError, "negative dimension"),
+                          ((2.5,), TypeError, "ints or one tuple"), (("a",), TypeError, "ints or one tuple"),
+                          ((), TypeError, "reshape\\(\\) takes a shape")]:
+        with pytest.raises(err, match=msg):
+            d.reshape(*bad)
+    with pytest.raises(ValueError, match="C-ordered; order='F'"):
+        d.reshape(24, order="F")
+    with pytest.raises(ValueError, match="C-ordered"):
+        d.ravel("F")
+    with pytest.raises(ValueError, match="cannot reshape array of size 0"):
+        _bare((0, 3)).reshape(0, -1)
+
+
+# ---- with the library's manifest, over the CPU stand-ins -----------------------------------------------
+
+@pytest.fixture
+def numpy_names(monkeypatch):
+    """The ops of libew/ops.toml under numpy's names as the spec's `ufunc` field gives them, also
+    with a library built before that field existed (sub is numpy's subtract, ...)."""
+    if not any(getattr(op, "ufunc", None) for op in library.get().manifest.ops):
+        names = {"sub": "subtract", "mul": "multiply", "div": "divide"}
+        monkeypatch.setattr(library.Op, "ufunc", property(lambda op: names.get(op.name)), raising=False)
+    ufuncs._forget()
+    yield
+    ufuncs._forget()
+
+
+@pytest.fixture
+def lib(fakes, numpy_names):
+    return fakes
+
+
+def _ops_of(ufunc):
+    e = ufunc_op(ufunc)
+    return None if e is None else library.get().manifest.op(e.__name__)
+
+
+def _sample(ufunc, info, shape, rng, second=False):
+    """Values that make numpy's answer exact enough to compare on the stand-ins: small integers
+    where the ufunc is integral or discontinuous, nonzero divisors and non-negative exponents and
+    shift counts for integers."""
+    npd = info.np
+    if npd == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if info.kind == "int" or ufunc in ("floor_divide", "remainder"):
+        if second and ufunc in ("floor_divide", "remainder", "divide"):
+            return (rng.integers(1, 9, shape) * rng.choice([-1, 1], shape)).astype(npd)
+        if second and ufunc in ("power", "left_shift", "right_shift"):
+            return rng.integers(0, 5, shape).astype(npd)
+        return rng.integers(-50, 50, shape).astype(npd)
+    if ufunc == "power":
+        return (rng.uniform(0.5, 2, shape) if not second else rng.uniform(-3, 3, shape)).astype(npd)
+    return rng.uniform(-4, 4, shape).astype(npd) if not second else rng.uniform(0.5, 4, shape).astype(npd)
+
+
+def _same(got, want, what=""):
+    assert isinstance(got, DeviceArray), what
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype, got.shape, want.shape)
+    h = got.get()
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(h, want, err_msg=what)
+    else:
+        tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-13}[dt.lookup(want.dtype).name]
+        np.testing.assert_allclose(h.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol, err_msg=what)
+
+
+def _dtypes_of(op):
+    return [k.dtype for k in op.kernels if k.dtype.name in ("float32", "float16", "int32", "float64", "bool",
+                                                            "bfloat16", "int64")]
+
+
+@needs_lib
+@pytest.mark.parametrize("o", OPERATORS, ids=lambda o: o.method)
+def test_operators_agree_with_numpy(lib, o, rng):
+    """Every operator whose ufunc the library has, on each dtype of its op: DeviceArray with
+    DeviceArray, with a broadcast numpy array, with Python numbers both ways (NEP 50: the
+    array's dtype stays), in place; one the library lacks is a TypeError naming the op to add."""
+    op = _ops_of(o.ufunc)
+    d = _bare()
+    if op is None:
+        with pytest.raises(TypeError, match=rf"operator {re.escape(o.symbol)} needs an op for numpy's '{o.ufunc}'"
+                                            rf".*name = \"{o.ufunc}\""):
+            getattr(d, o.methods[0])() if o.arity == 1 else getattr(d, o.methods[0])(d)
+        return
+    for info in _dtypes_of(op):
+        a = _sample(o.ufunc, info, (5, 7), rng)
+        b = _sample(o.ufunc, info, (5, 7), rng, second=True)
+        x = pyew.asarray(a)
+        f = getattr(np.ndarray, o.methods[0])
+        if o.arity == 1:
+            _same(getattr(x, o.methods[0])(), f(a), f"{o.symbol} {info.name}")
+            continue
+        what = f"{o.symbol} {info.name}"
+        _same(getattr(x, o.methods[0])(pyew.asarray(b)), f(a, b), what)
+        _same(getattr(x, o.methods[0])(b[0]), f(a, b[0]), what + " broadcast numpy")
+        k = 2 if info.kind != "float" or o.ufunc in ("floor_divide", "remainder") else 0.5
+        if info.np != np.bool_:
+            _same(getattr(x, o.methods[0])(k), f(a, k), what + " number")
+        if o.reflected and info.np != np.bool_:
+            # k <op> b: b is the sample that may be a divisor or an exponent
+            _same(getattr(pyew.asarray(b), o.methods[1])(k), getattr(np.ndarray, o.methods[1])(b, k),
+                  what + " reflected")
+        if o.reflected:
+            y = pyew.asarray(a)
+            want = a.copy()
+            try:
+                getattr(want, o.methods[2])(b)
+            except TypeError:                           # numpy refuses the cast back (int /= int)
+                with pytest.raises(TypeError, match="same_kind"):
+                    getattr(y, o.methods[2])(pyew.asarray(b))
+                _same(y, a, what + " refused in place")
+                continue
+            ptr = y.ptr
+            assert getattr(y, o.methods[2])(pyew.asarray(b)) is y and y.ptr == ptr
+            _same(y, want, what + " in place")
+
+
+@needs_lib
+def test_missing_op_names_the_op_and_how_to_add_it(lib, monkeypatch):
+    monkeypatch.setattr(ufuncs, "_table", types.MappingProxyType({}))
+    ufuncs._entries.clear()
+    d = pyew.asarray(np.ones(3, np.float32))
+    for call, what in [(lambda: d + d, "operator \\+"), (lambda: 2 - d, "operator -"), (lambda: -d, "operator -x"),
+                       (lambda: d == d, "operator =="), (lambda: np.exp(d), "np.exp on a DeviceArray"),
+                       (lambda: np.add(d, d, out=d), "np.add on a DeviceArray")]:
+        with pytest.raises(TypeError, match=rf"{what} needs an op for numpy's '\w+', and the loaded library "
+                                            rf"\(.*libew.so\) has none: add an \[\[op\]\] with name = .* make all"):
+            call()
+    with pytest.raises(TypeError, match="operator \\+ needs an op for numpy's 'add'"):
+        d += d
+    assert ufunc_op("add") is None
+
+
+@needs_lib
+def test_ufunc_op_and_the_table(lib):
+    table = ufuncs.ufunc_table()
+    assert table["add"] == "add" and ufunc_op("add") is pyew.add and ufunc_op(np.add) is pyew.add
+    assert ufunc_op("subtract") is pyew.sub and ufunc_op(np.subtract) is pyew.sub
+    assert ufunc_op("divide") is pyew.div and ufunc_op("true_divide") is pyew.div   # numpy's alias
+    assert ufunc_op("no_such_ufunc") is None
+    with pytest.raises(TypeError):
+        table["x"] = "y"                      # read-only
+
+
+@needs_lib
+def test_array_ufunc_calls(lib, rng):
+    """np.<ufunc> with DeviceArrays runs the op on the device: numpy operands uploaded, Python and
+    numpy scalars as in numpy, out= as numpy's protocol gives it (a tuple), returning out itself."""
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    t = rng.standard_normal(6).astype(np.float32)
+    d = pyew.asarray(a)
+    _same(np.add(d, t), a + t)
+    _same(np.add(t, d), t + a)
+    _same(np.add(d, 1.0), a + np.float32(1))
+    _same(np.multiply(np.float16(2), pyew.asarray(a.astype(np.float16))), np.float16(2) * a.astype(np.float16))
+    _same(np.true_divide(d, 4.0), a / np.float32(4))
+    _same(np.ones(6, np.float32) + d, 1 + a)            # ndarray's operator defers to DeviceArray
+    _same(t - d, t - a)
+    _same(np.float32(3) * d, np.float32(3) * a)
+    assert np.add(d, t, out=d) is d
+    _same(d, a + t)
+    o = pyew.empty((4, 6), "float32")
+    assert np.subtract(d, 1, o) is o and np.multiply(d, 2.0, out=(o,)) is o
+    _same(o, (a + t) * 2)
+    with pytest.raises(TypeError, match="out must be a GPU array"):
+        np.add(d, 1.0, out=np.empty((4, 6), np.float32))       # no silent copy back to the host
+    _same(np.add(d, 1.0, where=True, casting="same_kind", order="K", dtype=None, subok=True), a + t + 1)
+
+
+@needs_lib
+def test_nep50_weak_scalars(lib, rng):
+    a = rng.standard_normal(10).astype(np.float16)
+    h = pyew.asarray(a)
+    for got, want in [(h * 0.5, a * 0.5), (0.5 * h, 0.5 * a), (h + 3, a + 3), (h - 2.0, a - 2.0), (1 - h, 1 - a),
+                      (h / 3, a / 3)]:
+        assert got.dtype == np.float16
+        _same(got, want)
+    i = np.arange(-5, 5, dtype=np.int32)
+    _same(pyew.asarray(i) * 0.5, i * 0.5)             # float64, as numpy
+    _same(pyew.asarray(i) * 3, i * 3)
+    _same(pyew.asarray(i) / 2, i / 2)
+    b = a.astype(BF16)
+    _same(pyew.asarray(b) * 2, b * 2)
+
+
+@needs_lib
+def test_in_place_follows_numpys_casting(lib, rng):
+    """In-place and out= take the result where numpy would ('same_kind': a float64 result into a
+    float32 array, converted on the GPU) and refuse what numpy refuses, leaving the array as it was."""
+    a = rng.standard_normal(50).astype(np.float32)
+    w = rng.standard_normal(50)
+    x = pyew.asarray(a)
+    x += pyew.asarray(w)                               # float64 result into float32
+    want = a.copy()
+    want += w
+    _same(x, want)
+    x -= w                                              # a numpy float64 operand
+    want -= w
+    _same(x, want)
+    i = np.arange(50, dtype=np.int32)
+    xi = pyew.asarray(i)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'multiply' output from float64 to int32 with casting "
+                                        "rule 'same_kind'"):
+        xi *= 1.5
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from float64 to int32"):
+        np.add(xi, w, out=xi)
+    _same(xi, i)
+    xi += 2**20
+    _same(xi, i + 2**20)
+    with pytest.raises(ValueError, match="out is float32 \\(50,\\), the result is float32 \\(3, 50\\)"):
+        x += np.ones((3, 50), np.float32)               # the op's own check of out=
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(50,\\) doesn't match the "
+                                         "broadcast shape \\(3, 50\\)"):
+        x += pyew.asarray(np.ones((3, 50)))             # float64 into float32: checked before it runs
+    _same(x, want)
+
+
+@needs_lib
+def test_in_place_over_a_shifted_view_reads_before_it_writes(lib, rng):
+    """x[1:] += x[:-1]: numpy computes as if the inputs were copied first; so does pyew (the
+    result goes to a new array, then into the view)."""
+    a = rng.standard_normal(1000).astype(np.float32)
+    x = pyew.asarray(a)
+    v = x[1:]
+    v += x[:-1]
+    want = a.copy()
+    want[1:] += want[:-1]
+    _same(x, want)
+    y = pyew.asarray(a)
+    assert np.add(y[:-1], y[1:], out=y[1:]) is not None
+    want = a.copy()
+    np.add(want[:-1], want[1:], out=want[1:])
+    _same(y, want)
+    z = pyew.asarray(a)
+    assert np.add(z, z, out=z) is z                    # exactly the input: the op's own in-place
+    _same(z, a + a)
+
+
+@needs_lib
+def test_comparisons_give_arrays(lib, rng):
+    a = rng.integers(0, 3, 20).astype(np.float32)
+    d = pyew.asarray(a)
+    for o in OPERATORS[12:18]:
+        if _ops_of(o.ufunc) is None:
+            with pytest.raises(TypeError, match=f"numpy's '{o.ufunc}'"):
+                getattr(d, o.methods[0])(1.0)
+            continue
+        got = getattr(d, o.methods[0])(1.0)
+        _same(got, getattr(np.ndarray, o.methods[0])(a, 1.0), o.symbol)
+        _same(getattr(np, o.ufunc)(1.0, d), getattr(np, o.ufunc)(1.0, a), o.symbol + " reflected")
+
+
+@needs_lib
+def test_reshape_views_share_memory_and_flatten_copies(lib, rng):
+    a = rng.standard_normal((6, 4)).astype(np.float32)
+    d = pyew.asarray(a)
+    r = d.reshape(3, 8)
+    f = d.flatten()
+    c = d.reshape(24, copy=True)
+    assert f.ptr != d.ptr and c.ptr != d.ptr and f.shape == (24,)
+    d += 1.0
+    _same(r, (a + 1).reshape(3, 8))                    # a view sees the write
+    _same(d.ravel(), (a + 1).ravel())
+    _same(f, a.ravel())                                 # the copies do not
+    _same(c, a.ravel())
+    _same(d[2:4].reshape(-1), (a + 1)[2:4].reshape(-1))
+    e = pyew.empty((0, 5), "float16").flatten()
+    assert e.shape == (0,) and e.dtype == np.float16
+
+
+@needs_lib
+def test_scalars_truth_and_iteration(lib):
+    one = pyew.asarray(np.array([2.5], np.float32))
+    assert float(one[0]) == 2.5 and int(pyew.asarray(np.array(7, np.int32))) == 7
+    assert bool(pyew.asarray(np.array(1.0))) is True and bool(pyew.asarray(np.zeros((1, 1), np.int32))) is False
+    with pytest.raises(TypeError, match="only 0-dimensional"):
+        float(one)                                      # numpy 2: one element, but not 0-d
+    with pytest.raises(ValueError, match="empty array is ambiguous"):
+        bool(pyew.empty(0))
+    d = pyew.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    rows = list(d)
+    assert len(rows) == len(d) == 3 and all(isinstance(r, DeviceArray) and r.shape == (4,) for r in rows)
+    np.testing.assert_array_equal(rows[2].get(), [8, 9, 10, 11])
+
+
+@needs_lib
+@pytest.mark.parametrize("shape", [(5,), (2, 3), (), (0,), (0, 3), (2000,), (50, 40), (3, 1000), (1000, 3),
+                                   (7, 8, 9, 10), (2, 1, 700), (6, 6, 6, 6)])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float16", "bfloat16", "float64"])
+def test_printing_is_numpys(lib, shape, dtype, rng):
+    """str and repr print the values as numpy prints the whole array (summarised by its
+    printoptions), with the shape where numpy gives it, the dtype and the GPU; a summarised array
+    copies only what is shown."""
+    a = np.asarray(rng.standard_normal(shape) * 100).astype(dt.BY_NAME[dtype].np)
+    d = pyew.asarray(a)
+    cuda = lib[0]
+    cuda.copy_log.clear()
+    assert str(d) == str(a)
+    if a.size > 1000:
+        shown = int(np.prod([min(n, 7) for n in shape]))
+        assert sum(n for _, _, n in cuda.copy_log) <= shown * a.itemsize
+    prefix = "DeviceArray("
+    body = np.array2string(a, separator=", ", prefix=prefix, suffix=")")
+    sub = type("DeviceArray", (np.ndarray,), {})
+    assert repr(a.view(sub)).startswith(prefix + body)          # numpy's repr under that name, up to the extras
+    extras = ([f"shape={shape}"] if a.size > 1000 or (a.size == 0 and shape != (0,)) else []) + \
+        [f"dtype={dtype}", "device=0"]
+    got = repr(d)
+    assert got.startswith(prefix + body + ",") and got.endswith(", ".join(extras) + ")"), got
+    last = (prefix + body + ",").rsplit("\n", 1)[-1]
+    spacer = "\n" + " " * len(prefix) if len(last) + len(", ".join(extras) + ")") > 75 else " "
+    assert got == prefix + body + "," + spacer + ", ".join(extras) + ")"
+
+
+@needs_lib
+def test_printing_follows_printoptions(lib, rng):
+    a = rng.standard_normal(100).astype(np.float32)
+    d = pyew.asarray(a)
+    with np.printoptions(threshold=10, edgeitems=2, precision=3):
+        assert str(d) == str(a) and "..." in str(d) and "shape=(100,)" in repr(d)
+    with np.printoptions(threshold=1000, precision=2):
+        assert str(d) == str(a) and "..." not in repr(d)
+    assert repr(pyew.asarray(np.array(1.5, np.float32))) == "DeviceArray(1.5, dtype=float32, device=0)"
+    assert repr(pyew.asarray(np.array([1, 2], np.int64))) == "DeviceArray([1, 2], dtype=int64, device=0)"

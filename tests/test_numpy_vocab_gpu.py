@@ -1,0 +1,189 @@
+"""numpy's semantics of the default spec's vocabulary where C's differ, spelled out: integer division
+by zero and overflow, integer powers, NaN in maximum and fmax, sign of NaN, signed zeros, where's
+condition of any dtype, and bool arrays through DLPack and the CUDA Array Interface. (Every op x
+dtype is also checked against its numpy reference on random data, special values, views and
+every 16-bit input by test_map_gpu.py and test_math_gpu.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyew
+
+from . import reference
+from .helpers import poison, random_array
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_division_is_defined_everywhere(dtype):
+    """x // 0, x % 0 and fmod(x, 0) are 0, and the most negative // -1 wraps, as numpy gives them;
+    floor division rounds toward -inf and the remainder takes the divisor's sign."""
+    t = np.dtype(dtype).type
+    lo = np.iinfo(dtype).min
+    a = np.array([7, -7, 7, -7, 5, lo, lo, lo, 0, -1], dtype)
+    b = np.array([2, 2, -2, -2, 0, -1, 1, 0, 0, -1], dtype)
+    with np.errstate(all="ignore"):
+        want_div, want_mod, want_fmod = a // b, np.remainder(a, b), np.fmod(a, b)
+    np.testing.assert_array_equal(want_div, np.array([3, -4, -4, 3, 0, lo, lo, 0, 0, 1], dtype))
+    for dev in (False, True):
+        x, y = (pyew.asarray(a), pyew.asarray(b)) if dev else (a, b)
+        got = [pyew.floor_divide(x, y), pyew.remainder(x, y), pyew.fmod(x, y)]
+        got = [g.get() if dev else g for g in got]
+        np.testing.assert_array_equal(got[0], want_div)
+        np.testing.assert_array_equal(got[1], want_mod)
+        np.testing.assert_array_equal(got[2], want_fmod)
+    # a Python number as the divisor, 0 included
+    np.testing.assert_array_equal(pyew.floor_divide(pyew.asarray(a), 0).get(), np.zeros_like(a))
+    np.testing.assert_array_equal(pyew.remainder(pyew.asarray(a), t(-1)).get(), np.zeros_like(a))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_powers(dtype):
+    """Wrapping like numpy's; a negative exponent (numpy raises) gives 1 / x^|y| rounded toward zero."""
+    a = np.array([2, -2, 3, 0, 1, -1, -1, 2, 0, 5, -7], dtype)
+    b = np.array([10, 3, 40, 0, -5, -3, -4, -1, -2, 0, 63], dtype)
+    got = pyew.power(a, b)
+    pos = b >= 0
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got[pos], a[pos] ** b[pos])
+    np.testing.assert_array_equal(got[~pos], np.array([1, -1, 1, 0, 0], dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_nan_and_signed_zeros(dtype):
+    nan, inf = np.nan, np.inf
+    with np.errstate(all="ignore"):
+        x = np.array([nan, 1.0, nan, -0.0, 0.0, -inf, 2.0], np.float64).astype(pyew.dtypes.BY_NAME[dtype].np)
+        y = np.array([1.0, nan, nan, 0.0, -0.0, inf, -3.0], np.float64).astype(x.dtype)
+    d = [pyew.asarray(x), pyew.asarray(y)]
+    np.testing.assert_array_equal(np.isnan(pyew.maximum(*d).get()), [True, True, True, False, False, False, False])
+    np.testing.assert_array_equal(np.isnan(pyew.fmax(*d).get()), [False, False, True, False, False, False, False])
+    np.testing.assert_array_equal(pyew.fmin(*d).get()[:2].astype(np.float64), [1.0, 1.0])
+    s = pyew.sign(d[0]).get().astype(np.float64)
+    assert np.isnan(s[0]) and s[1] == 1 and s[3] == 0 and not np.signbit(s[3]) and s[5] == -1
+    # signed zeros as numpy gives them
+    z = np.array([-0.0, 0.0, -0.5, -1e-3], np.float64).astype(x.dtype)
+    for name in ("negative", "positive", "absolute", "floor", "ceil", "trunc", "rint", "sqrt", "cbrt", "sin", "tan",
+                 "arctan", "arcsin", "sinh", "tanh", "arcsinh", "arctanh", "expm1", "log1p", "erf", "square"):
+        got = getattr(pyew, name)(pyew.asarray(z)).get()
+        with np.errstate(all="ignore"):
+            ref = reference.erf if name == "erf" else getattr(np, name)      # numpy has no erf
+            want = np.asarray(ref(z.astype(np.float64))).astype(x.dtype)
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+        np.testing.assert_array_equal(np.signbit(g64)[w64 == 0], np.signbit(w64)[w64 == 0], err_msg=name)
+    a = np.array([-0.0, 0.0, 5.0, -5.0, 0.0, -6.0], np.float64).astype(x.dtype)
+    b = np.array([3.0, -3.0, -5.0, 5.0, -1.0, 3.0], np.float64).astype(x.dtype)
+    for name in ("remainder", "floor_divide", "fmod", "copysign", "arctan2", "power"):
+        got = getattr(pyew, name)(pyew.asarray(a), pyew.asarray(b)).get().astype(np.float64)
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(a.astype(np.float64), b.astype(np.float64))
+        zero = want == 0
+        np.testing.assert_array_equal(np.signbit(got)[zero], np.signbit(want)[zero], err_msg=name)
+    np.testing.assert_array_equal(pyew.logical_and(d[0], d[1]).get(),                         # NaN is true
+                                  np.logical_and(x.astype(np.float64), y.astype(np.float64)))
+    c = pyew.clip(pyew.asarray(x), np.asarray(-1.0, x.dtype), y).get()
+    np.testing.assert_array_equal(np.isnan(c.astype(np.float64)), np.isnan(np.clip(x.astype(np.float64), -1.0,
+                                                                                    y.astype(np.float64))))
+
+
+def test_where_takes_any_condition_and_broadcasts(rng):
+    """A condition of any dtype is converted to bool (nonzero and NaN are true); it broadcasts like
+    the values; misaligned bool views and tails, into a poisoned out=."""
+    n = 4099
+    x = random_array(rng, n, "float16")
+    y = random_array(rng, n, "float16")
+    for cond_dtype in ("bool", "float32", "int64", "bfloat16", "float64"):
+        c = random_array(rng, n, cond_dtype)
+        if cond_dtype != "bool":
+            c[::5] = 0
+        want = np.where(c.astype(np.float64) != 0, x, y)
+        for off in (0, 1, 3, 7):
+            cp = pyew.asarray(np.concatenate([c[:off], c]))[off:]
+            out = poison(pyew.empty(n, "float16"))
+            assert pyew.where(cp, pyew.asarray(x), pyew.asarray(y), out=out) is out
+            np.testing.assert_array_equal(out.get(), want, err_msg=f"{cond_dtype} condition at +{off}")
+    m = random_array(rng, 64 * 33, "float32").reshape(64, 33)
+    row = random_array(rng, 33, "bool")
+    np.testing.assert_array_equal(pyew.where(pyew.asarray(row), pyew.asarray(m), 0.0).get(), np.where(row, m, 0.0))
+    np.testing.assert_array_equal(pyew.where(row[:, None][:1], 1, m), np.where(row[:, None][:1], 1, m))
+    assert pyew.where(np.zeros(0, bool), np.zeros(0), 1.0).shape == (0,)
+
+
+def test_comparisons_with_numbers_and_bool_arithmetic(rng):
+    x = random_array(rng, 10_007, "float16")
+    d = pyew.asarray(x)
+    for op, np_op in (("greater", np.greater), ("less_equal", np.less_equal), ("equal", np.equal)):
+        got = getattr(pyew, op)(d, 0.5)
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got.get(), np_op(x, np.float16(0.5)))
+    b = pyew.greater(d, 0.0)
+    n = pyew.logical_not(b)
+    np.testing.assert_array_equal(pyew.add(b, n).get(), np.ones(x.size, bool))          # or
+    np.testing.assert_array_equal(pyew.mul(b, n).get(), np.zeros(x.size, bool))         # and
+    np.testing.assert_array_equal(pyew.invert(b).get(), ~(x > 0))
+    i = pyew.add(b, np.int32(1))                                                         # bool + int32: int32
+    assert i.dtype == np.int32
+    np.testing.assert_array_equal(i.get(), (x > 0) + np.int32(1))
+    h = pyew.mul(True, d)                                                                # True with float16: float16
+    assert h.dtype == np.float16
+
+
+def test_bool_arrays_through_dlpack_and_the_cuda_array_interface(rng, torch_cuda):
+    torch = torch_cuda
+    t = torch.rand(1000, device="cuda") > 0.5
+    d = pyew.asarray(t)                              # DLPack, kDLBool
+    assert d.dtype == np.bool_
+    np.testing.assert_array_equal(d.get(), t.cpu().numpy())
+    r = pyew.logical_not(t)
+    back = torch.from_dlpack(r)
+    assert back.dtype == torch.bool
+    np.testing.assert_array_equal(back.cpu().numpy(), ~t.cpu().numpy())
+    cai = r.__cuda_array_interface__
+    assert cai["typestr"] == "|b1"
+    w = pyew.where(t, torch.ones(1000, device="cuda"), 0.0)
+    np.testing.assert_array_equal(w.get(), t.cpu().numpy().astype(np.float32))
+
+
+def _filled(n, dtype, value):
+    a = pyew.empty(n, dtype)
+    info = pyew.dtypes.BY_NAME[dtype]
+    bits = int(np.array(value, info.np).view(f"u{info.itemsize}"))
+    pyew.call.fill(a.ptr, n, info, bits, pyew.runtime.DEFAULT_STREAM)
+    return a
+
+
+def _free_memory_for(nbytes):
+    pyew.synchronize()
+    pyew.runtime.trim_pool()
+    if pyew.device_info()["free_memory"] < nbytes + (1 << 30):
+        pytest.skip(f"not enough GPU memory for {nbytes >> 30} GiB")
+
+
+@pytest.mark.slow
+def test_basic_launch_past_2_29_and_2_31(rng):
+    """The basic launch (libew/map_basic.cuh): a contiguous call past 2^29 elements runs as launches
+    of 2^29, each with the view's shifts (a bool view 3 elements into its buffer), checked at the
+    head, across each launch's edge and 2^31, and at the tail; a broadcast whose offsets pass 2^31
+    takes the 64-bit elements kernel."""
+    n = 2**31 + 77
+    _free_memory_for(2 * n)
+    x = _filled(n + 3, "bool", True)
+    edges = (0, 2**29 - 4096, 2**30 - 4096, 2**31 - 4096, n - 8192)
+    chunks = {c: random_array(rng, 8192, "bool") for c in edges}
+    for c, h in chunks.items():
+        pyew.runtime.copy_htod(x.ptr + c + 3, h.ctypes.data, h.nbytes, pyew.runtime.DEFAULT_STREAM.cu)
+    y = poison(pyew.empty(n, "bool"))
+    pyew.logical_not(x[3:], out=y)
+    for c, h in chunks.items():
+        np.testing.assert_array_equal(y[c:c + h.size].get(), ~h, err_msg=f"logical_not at {c}")
+    assert not np.any(y[2**30 + 4096:2**30 + 8192].get())
+    del x, y
+    rows, w = 2**31 // 4096 + 1, 4096
+    _free_memory_for(3 * rows * w)
+    xs = _filled(rows * w, "float16", 0.5).reshape(rows, w)
+    b = random_array(rng, w, "float16")
+    out = pyew.greater(xs, pyew.asarray(b))
+    for r in (0, 2**31 // w - 1, 2**31 // w, rows - 1):
+        np.testing.assert_array_equal(out[r].get(), np.float16(0.5) > b, err_msg=f"row {r}")
