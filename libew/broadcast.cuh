@@ -28,7 +28,6 @@
 //  * elements (anything else): one output element at a time, coalesced over the output, with the
 //    full decomposition of its index into each input's offset.
 #pragma once
-#include <utility>
 #include "elementwise.cuh"
 
 namespace ew {
@@ -171,12 +170,24 @@ strided_elem_kernel(F f, Index n, StridedArgs<sizeof...(In)> a, Out* __restrict_
   strided_elem_body<Tn>(f, n, a, std::index_sequence_for<In...>{}, out, in...);
 }
 
-// Host side: checks the layout, builds the kernel's argument and picks the kernel.
-template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
-cudaError_t launch_map_strided(const Launch& l, const F& f, int64_t n, const int64_t* layout, Out* out,
-                               const In*... in) {
-  constexpr int K = sizeof...(In);
-  constexpr int N = max_pack<Out, In...>();
+#ifndef __CUDACC_RTC__
+
+// Host side: the layout checked, the kernel's argument built and the kernel picked, by
+// plan_strided (shared with the fused formulas' kernels: ew_jit_map in jit.cu); then the launch.
+template <int K>
+struct StridedPlan {
+  StridedArgs<K> a;
+  bool packs;      // the packs kernel (else one element per thread)
+  bool small;      // every offset an input forms fits 32 bits
+  int64_t work;    // packs or elements the kernel covers
+};
+
+// n elements of the layout [ndim, shape..., each input's element strides...] (see call.layout in
+// pyew), the output at out (out_size bytes an element), input k at in[k] (size[k] bytes), in
+// packs of N elements where the layout allows them. cudaSuccess, or the error for a bad layout.
+template <int K>
+cudaError_t plan_strided(StridedPlan<K>& p, int N, int64_t n, const int64_t* layout, const void* out, int out_size,
+                         const void* const* in, const int* size) {
   if (layout == nullptr || n < 0) return cudaErrorInvalidValue;
   const int64_t ndim = layout[0];
   if (ndim < 1 || ndim > kMaxDims) return cudaErrorInvalidValue;
@@ -189,64 +200,79 @@ cudaError_t launch_map_strided(const Launch& l, const F& f, int64_t n, const int
   }
   if (count != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  if (!(aligned_to(out, sizeof(Out)) && (aligned_to(in, sizeof(In)) && ...))) return cudaErrorMisalignedAddress;
+  if (!aligned_to(out, out_size)) return cudaErrorMisalignedAddress;
+  for (int k = 0; k < K; ++k)
+    if (!aligned_to(in[k], size[k])) return cudaErrorMisalignedAddress;
 
-  StridedArgs<K> a{};
+  StridedArgs<K>& a = p.a;
+  a = StridedArgs<K>{};
   a.ndim = static_cast<int>(ndim);
-  const void* ptrs[K > 0 ? K : 1] = {static_cast<const void*>(in)...};
-  const size_t sizes[K > 0 ? K : 1] = {sizeof(In)...};
   for (int r = 0; r < ndim; ++r) {
     const int64_t d = ndim - 1 - r;               // innermost first
     a.size[r] = shape[d];
     for (int k = 0; k < K; ++k) a.stride[k][r] = layout[1 + ndim + k * ndim + d];
   }
   // 32-bit offsets when every input's reach (the largest |offset| it forms) fits; the index
-  // itself is checked per kernel below.
-  bool small = true;
+  // itself is checked per kernel by the caller.
+  p.small = true;
   for (int k = 0; k < K; ++k) {
     int64_t reach = 0;
-    for (int r = 0; r < ndim && small; ++r) {
+    for (int r = 0; r < ndim && p.small; ++r) {
       const int64_t s = a.stride[k][r] < 0 ? -a.stride[k][r] : a.stride[k][r];
       int64_t term;
       if (s < 0 || __builtin_mul_overflow(a.size[r] - 1, s, &term) || __builtin_add_overflow(reach, term, &reach) ||
           reach > INT32_MAX)
-        small = false;
+        p.small = false;
     }
   }
 
   // The packs kernel's conditions.
-  bool packs = a.size[0] % N == 0 && aligned_to(out, N * sizeof(Out));
+  bool packs = a.size[0] % N == 0 && aligned_to(out, size_t(N) * out_size);
   for (int k = 0; k < K && packs; ++k) {
     const int64_t inner = a.stride[k][0];
     if (inner == 1) {
       a.inner_one |= 1u << k;
-      packs = aligned_to(ptrs[k], N * sizes[k]);
+      packs = aligned_to(in[k], size_t(N) * size[k]);
       for (int r = 1; r < ndim; ++r)
         if (a.size[r] > 1 && a.stride[k][r] % N != 0) packs = false;
     } else if (inner != 0) {
       packs = false;
     }
   }
-
+  p.packs = packs;
   if (packs) {
     a.size[0] /= N;
-    for (int r = 0; r < ndim; ++r) a.div[r] = FastDiv(static_cast<uint32_t>(std::min<int64_t>(a.size[r], INT32_MAX)));
-    const int64_t n_packs = n / N;
-    const int grid = grid_size(n_packs, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
-    if (small && map_fits_i32<Tn, 1>(n_packs, grid))
-      bcast_pack_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, int32_t(n_packs), a, out, in...);
-    else
-      bcast_pack_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n_packs, a, out, in...);
-    return cudaGetLastError();
+    p.work = n / N;
+  } else {
+    a.inner_one = 0;
+    p.work = n;
   }
-  a.inner_one = 0;
   for (int r = 0; r < ndim; ++r) a.div[r] = FastDiv(static_cast<uint32_t>(std::min<int64_t>(a.size[r], INT32_MAX)));
-  const int grid = grid_size(n, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
-  if (small && map_fits_i32<Tn, 1>(n, grid))
-    strided_elem_kernel<Tn, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, int32_t(n), a, out, in...);
-  else
-    strided_elem_kernel<Tn, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, n, a, out, in...);
+  return cudaSuccess;
+}
+
+template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
+cudaError_t launch_map_strided(const Launch& l, const F& f, int64_t n, const int64_t* layout, Out* out,
+                               const In*... in) {
+  constexpr int K = sizeof...(In);
+  constexpr int N = max_pack<Out, In...>();
+  const void* ptrs[K > 0 ? K : 1] = {static_cast<const void*>(in)...};
+  const int sizes[K > 0 ? K : 1] = {int(sizeof(In))...};
+  StridedPlan<K> p;
+  const cudaError_t e = plan_strided<K>(p, N, n, layout, out, int(sizeof(Out)), ptrs, sizes);
+  if (e != cudaSuccess || n == 0) return e;
+  const int grid = grid_size(p.work, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
+  const bool i32 = p.small && map_fits_i32<Tn, 1>(p.work, grid);
+  if (p.packs) {
+    if (i32) bcast_pack_kernel<Tn, N, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, int32_t(p.work), p.a, out, in...);
+    else bcast_pack_kernel<Tn, N, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, p.work, p.a, out, in...);
+  } else {
+    if (i32) strided_elem_kernel<Tn, int32_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, int32_t(p.work), p.a, out, in...);
+    else strided_elem_kernel<Tn, int64_t><<<grid, Tn::kBlock, 0, l.stream>>>(f, p.work, p.a, out, in...);
+  }
   return cudaGetLastError();
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace ew

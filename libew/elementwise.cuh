@@ -11,11 +11,10 @@
 //    on the GPU by benchmarks/template_sweep.cu; the loop covers any grid, capped or not;
 //  * n = 0 launches nothing; every entry point returns the launch's cudaError_t.
 #pragma once
-#include <algorithm>
-#include <atomic>
-#include <type_traits>
-#include <utility>
 #include "ew_types.cuh"
+#ifndef __CUDACC_RTC__
+#include <atomic>
+#endif
 
 namespace ew {
 
@@ -57,6 +56,7 @@ using DefaultTuning = MemoryBoundTuning;
 constexpr int kBlock = 256;
 constexpr int kWaves = 32;
 
+#ifndef __CUDACC_RTC__   // host code: NVRTC compiles the kernels alone (pyew/jit.py)
 struct Launch {
   cudaStream_t stream;
   int sms;             // multiprocessor count, queried once per device by the caller
@@ -117,6 +117,8 @@ inline int grid_size(int64_t work, int per_thread, const Launch& l, int block = 
                                  : std::max<int64_t>(1, int64_t(l.sms) * (l.threads_per_sm / block) * waves);
   return static_cast<int>(std::min(wanted, cap));
 }
+
+#endif  // __CUDACC_RTC__
 
 template <typename F, typename = void> struct has_apply2 : std::false_type {};
 template <typename F>
@@ -394,6 +396,7 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+#ifndef __CUDACC_RTC__
 // Whether `kernel`'s code for the current device holds those instructions: compiled for compute
 // capability 9.0 or later. (A GPU running code JIT-compiled from an older PTX target would not
 // wait, so it is launched the ordinary way.) cache: one slot per device, for this kernel alone.
@@ -411,6 +414,26 @@ inline bool overlap_allowed(const void* kernel, std::atomic<int>* cache) {
   return v == 1;
 }
 
+// `kernel` with its parameters' addresses in `params`, allowed to overlap the kernel before it on
+// `stream` when `overlap` (programmatic dependent launch; its code must begin with
+// grid_dependency_wait()). Also the launch of fused formulas' kernels (jit.cu).
+inline cudaError_t launch_params(const void* kernel, int grid, int block, int smem, bool overlap, cudaStream_t stream,
+                                 void** params) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, params);
+  const cudaError_t last = cudaGetLastError();     // clears the launch's error, as after <<< >>>
+  return e != cudaSuccess ? e : last;
+}
+
 // `kernel`, which must begin with grid_dependency_wait(), on l.stream with `args` (each of exactly
 // its parameter's type), allowed to overlap the kernel before it where its code allows that.
 // `cache` is overlap_allowed's, static beside the launch. The kernel is passed as an address:
@@ -420,20 +443,9 @@ template <typename... Args>
 cudaError_t launch_overlapping(const void* kernel, std::atomic<int>* cache, int grid, int block, int smem,
                                const Launch& l, Args... args) {
   void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(static_cast<unsigned>(block));
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = l.stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap_allowed(kernel, cache) ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, params);
-  const cudaError_t last = cudaGetLastError();     // clears the launch's error, as after <<< >>>
-  return e != cudaSuccess ? e : last;
+  return launch_params(kernel, grid, block, smem, overlap_allowed(kernel, cache), l.stream, params);
 }
+#endif  // __CUDACC_RTC__
 
 // ---- the map kernels ----------------------------------------------------------------------------
 // Both kernels see the array as [-head, 0) (the prologue: elements before the output's first
@@ -523,34 +535,13 @@ map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __rest
     map_shifted_body<Tn, N, kShfl, false>(f, n, head, sh, std::index_sequence_for<In...>{}, out, in...);
 }
 
-// ---- launchers ----------------------------------------------------------------------------------
+#ifndef __CUDACC_RTC__
 
-// 32-bit indices when no index the kernel forms (up to n_packs + U * threads, and the tail) can
-// overflow.
-template <class Tn, int N>
-inline bool map_fits_i32(int64_t n, int grid) {
-  const int64_t reach = n / N + int64_t(Tn::kUnroll + 1) * grid * Tn::kBlock + N;
-  return n <= INT32_MAX && reach <= INT32_MAX;
-}
-
-// n elements from out[0] (whole packs, then the tail) plus `head` elements before it; every
-// pointer aligned for N-element packs.
-template <class Tn, int N, typename F, typename Out, typename... In>
-cudaError_t launch_pack_peeled(const Launch& l, const F& f, int64_t n, int head, Out* out, const In*... in) {
-  const int grid = grid_size(n / N, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
-  const int smem = resident_cap_smem(l, Tn::kBlock);
-  static std::atomic<int> cache[2][kMaxDevices];
-  if (map_fits_i32<Tn, N>(n, grid))
-    return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int32_t, F, Out, In...>), cache[0],
-                              grid, Tn::kBlock, smem, l, f, static_cast<int32_t>(n), head, out, in...);
-  return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int64_t, F, Out, In...>), cache[1],
-                            grid, Tn::kBlock, smem, l, f, static_cast<int64_t>(n), head, out, in...);
-}
-
-template <class Tn, int N, typename F, typename Out, typename... In>
-cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
-  return launch_pack_peeled<Tn, N>(l, f, n, 0, out, in...);
-}
+// ---- the launch plan ---------------------------------------------------------------------------
+// Which kernel a map call takes is decided from the operands' element sizes and addresses alone, by
+// plan_map below: the library's entry points (launch_map_with) and the kernels pyew compiles at
+// run time for fused formulas (ew_jit_map in jit.cu) both follow it, so a formula takes the
+// same aligned, misaligned-view and narrow-pack paths, with the same launch shapes, as an op.
 
 // Launch shapes for inputs whose offsets differ from the output's, as measured fastest for each
 // (benchmarks/RESULTS.md, "Views at the aligned speed" and "Straddling loads per input count"):
@@ -565,12 +556,123 @@ cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const 
 //  * for one input of a 16-bit type at an even offset (whole 32-bit words away), the straddling-load
 //    kernel with the offset fixed at compile time: the words are selected in registers, with no
 //    funnel shifts; odd offsets keep one kernel with the offset read at run time.
+constexpr int retiled_block(int block) { return block < 128 ? block : 128; }
 template <class Tn, int Unroll>
-using RetiledTuning = Tuning<std::min(Tn::kBlock, 128), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
+using RetiledTuning = Tuning<retiled_block(Tn::kBlock), Unroll, Tn::kWaves, Tn::kTile, Tn::kHint>;
 template <class Tn, int K>
 using ShiftedTuning = std::conditional_t<(K > 1), Tn, RetiledTuning<Tn, Tn::kUnroll>>;
 template <class Tn>
 using HalfPackTuning = RetiledTuning<Tn, 2>;
+
+// How the straddling loads of a launch with K inputs get each pack's second word (see
+// load_shifted): through a warp shuffle with two or more inputs, by each lane's own load with one.
+// With one input the second load per pack cost less than the shuffles: as measured, its views
+// gain on an H100 and are level on an H200, while two inputs lose on the H200 that way
+// (benchmarks/RESULTS.md, "Straddling loads per input count").
+constexpr bool shift_by_shuffle(int k) { return k > 1; }
+template <int K>
+constexpr bool kShiftByShuffle = shift_by_shuffle(K);
+
+// A Tuning as values, for the plan.
+struct TuningValues {
+  int block, unroll, waves, tile, hint;
+};
+template <class Tn>
+constexpr TuningValues tuning_values() { return {Tn::kBlock, Tn::kUnroll, Tn::kWaves, Tn::kTile, Tn::kHint}; }
+
+enum MapVariant : int {
+  kMapPacks = 0,       // every operand at the same offset: a peeled prologue, then aligned N-element packs
+  kMapHalfPacks = 1,   // one 4-byte input two elements from the output's offset: 8-byte packs
+  kMapShifted = 2,     // straddling loads, the shift fixed at compile time (fixed_shift > 0) or read at run time
+  kMapNarrow = 3,      // operands that allow no whole-word packs: the widest pack all pointers allow
+};
+
+struct MapPlan {
+  int variant;       // MapVariant
+  int pack;          // elements per pack
+  int fixed_shift;   // kMapShifted: the one input's shift when fixed at compile time, else 0
+  int head;          // elements peeled before the output's first aligned pack
+  TuningValues tn;   // the variant's launch shape
+};
+
+// The plan of a map call over n > 0 elements: k inputs of in_size[i] bytes at addresses in[i],
+// the output of out_size bytes at out, in the op's launch shape tn. shifts[i] receives input i's
+// offset, in elements, from the output's aligned packs (kMapShifted reads them).
+inline MapPlan plan_map(const TuningValues& tn, int k, int out_size, const int* in_size,
+                       uintptr_t out, const uintptr_t* in, int64_t n, int* shifts) {
+  int biggest = out_size;
+  for (int i = 0; i < k; ++i) biggest = in_size[i] > biggest ? in_size[i] : biggest;
+  const int N = 16 / biggest;
+  const int64_t out_off = int64_t(out / uintptr_t(out_size) % uintptr_t(N));
+  const int head = static_cast<int>(n < (N - out_off) % N ? n : (N - out_off) % N);
+  bool same = true;
+  bool words = k > 0;
+  bool all4 = out_size == 4, all2 = out_size == 2;
+  for (int i = 0; i < k; ++i) {
+    shifts[i] = static_cast<int>((in[i] / uintptr_t(in_size[i]) + uintptr_t(head)) % uintptr_t(N));
+    same = same && shifts[i] == 0;
+    words = words && (N * in_size[i]) % 4 == 0;
+    all4 = all4 && in_size[i] == 4;
+    all2 = all2 && in_size[i] == 2;
+  }
+  const TuningValues shifted = k > 1 ? tn : TuningValues{retiled_block(tn.block), tn.unroll, tn.waves, tn.tile, tn.hint};
+  if (same) return {kMapPacks, N, 0, head, tn};
+  if (k == 1 && all4) {   // shift 1, 2 or 3
+    if (shifts[0] == 2) return {kMapHalfPacks, 2, 0, head, {retiled_block(tn.block), 2, tn.waves, tn.tile, tn.hint}};
+    return {kMapShifted, N, shifts[0], head, shifted};
+  }
+  if (k == 1 && all2) {   // even shifts fixed
+    const int s = shifts[0];
+    return {kMapShifted, N, s % 2 == 0 ? s : 0, head, shifted};
+  }
+  // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
+  if (words) return {kMapShifted, N, 0, head, shifted};
+  int w = N;
+  const auto fits = [&](uintptr_t p, int size) { return p % (uintptr_t(w) * uintptr_t(size)) == 0; };
+  for (; w > 1; w /= 2) {
+    bool ok = fits(out, out_size);
+    for (int i = 0; i < k; ++i) ok = ok && fits(in[i], in_size[i]);
+    if (ok) break;
+  }
+  return {kMapNarrow, w, 0, 0, tn};
+}
+
+// 32-bit indices when no index the kernel forms (up to n_packs + U * threads, and the tail) can
+// overflow.
+inline bool map_fits_i32(int64_t n, int pack, int unroll, int block, int grid) {
+  const int64_t reach = n / pack + int64_t(unroll + 1) * grid * block + pack;
+  return n <= INT32_MAX && reach <= INT32_MAX;
+}
+template <class Tn, int N>
+inline bool map_fits_i32(int64_t n, int grid) {
+  return map_fits_i32(n, N, Tn::kUnroll, Tn::kBlock, grid);
+}
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+// Grid and dynamic shared memory of a map kernel over n elements in packs of `pack`.
+inline int map_grid(const TuningValues& tn, int pack, int64_t n, const Launch& l) {
+  return grid_size(n / pack, tn.unroll, l, tn.block, tn.waves);
+}
+
+// n elements from out[0] (whole packs, then the tail) plus `head` elements before it; every
+// pointer aligned for N-element packs.
+template <class Tn, int N, typename F, typename Out, typename... In>
+cudaError_t launch_pack_peeled(const Launch& l, const F& f, int64_t n, int head, Out* out, const In*... in) {
+  const int grid = map_grid(tuning_values<Tn>(), N, n, l);
+  const int smem = resident_cap_smem(l, Tn::kBlock);
+  static std::atomic<int> cache[2][kMaxDevices];
+  if (map_fits_i32<Tn, N>(n, grid))
+    return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int32_t, F, Out, In...>), cache[0],
+                              grid, Tn::kBlock, smem, l, f, static_cast<int32_t>(n), head, out, in...);
+  return launch_overlapping(reinterpret_cast<const void*>(&map_kernel<Tn, N, int64_t, F, Out, In...>), cache[1],
+                            grid, Tn::kBlock, smem, l, f, static_cast<int64_t>(n), head, out, in...);
+}
+
+template <class Tn, int N, typename F, typename Out, typename... In>
+cudaError_t launch_pack(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
+  return launch_pack_peeled<Tn, N>(l, f, n, 0, out, in...);
+}
 
 // As launch_pack_peeled, with out aligned and input k starting sh.s[k] elements past a boundary
 // (S > 0: one input, sh.s[0] == S, see map_shifted_kernel).
@@ -578,7 +680,7 @@ template <class Tn, int N, bool kShfl, int S = 0, typename F, typename Out, type
 cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, const Shifts<sizeof...(In)>& sh,
                            Out* out, const In*... in) {
   using Ts = ShiftedTuning<Tn, sizeof...(In)>;
-  const int grid = grid_size(n / N, Ts::kUnroll, l, Ts::kBlock, Ts::kWaves);
+  const int grid = map_grid(tuning_values<Ts>(), N, n, l);
   const int smem = resident_cap_smem(l, Ts::kBlock);
   static std::atomic<int> cache[2][kMaxDevices];
   if (map_fits_i32<Ts, N>(n, grid))
@@ -588,15 +690,8 @@ cudaError_t launch_shifted(const Launch& l, const F& f, int64_t n, int head, con
                             cache[1], grid, Ts::kBlock, smem, l, f, static_cast<int64_t>(n), head, sh, out, in...);
 }
 
-// How the straddling loads of a launch with K inputs get each pack's second word (see
-// load_shifted): through a warp shuffle with two or more inputs, by each lane's own load with one.
-// With one input the second load per pack cost less than the shuffles: as measured, its views
-// gain on an H100 and are level on an H200, while two inputs lose on the H200 that way
-// (benchmarks/RESULTS.md, "Straddling loads per input count").
-template <int K>
-constexpr bool kShiftByShuffle = K > 1;
-
-// launch_map with the straddling-load variant spelled out (benchmarks compare the two).
+// launch_map with the straddling-load variant spelled out (benchmarks compare the two): the
+// kernel plan_map names, instantiated for these types.
 template <class Tn, bool kShfl, typename F, typename Out, typename... In>
 cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   if (n < 0) return cudaErrorInvalidValue;
@@ -604,28 +699,39 @@ cudaError_t launch_map_with(const Launch& l, const F& f, int64_t n, Out* out, co
   if (!(aligned_to(out, sizeof(Out)) && (aligned_to(in, sizeof(In)) && ...))) return cudaErrorMisalignedAddress;
   constexpr int N = max_pack<Out, In...>();
   constexpr int K = sizeof...(In);
-  // Peel the prologue: out + head starts an aligned pack. Input k then starts s[k] elements past
-  // a boundary, its offset in elements relative to the output's, modulo N.
-  const int head = static_cast<int>(std::min<int64_t>(n, (N - pack_offset<N>(out)) % N));
-  const Shifts<K> sh{{pack_offset<N>(in + head)...}};
-  bool same = true;
-  for (int k = 0; k < K; ++k) same = same && sh.s[k] == 0;
-  if (same) return launch_pack_peeled<Tn, N>(l, f, n - head, head, out + head, (in + head)...);
-  if constexpr (K == 1 && sizeof(Out) == 4 && ((sizeof(In) == 4) && ...)) {   // shift 1, 2 or 3
-    if (sh.s[0] == 2) return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, n - head, head, out + head, (in + head)...);
-    if (sh.s[0] == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, n - head, head, sh, out + head, (in + head)...);
-    return launch_shifted<Tn, N, kShfl, 3>(l, f, n - head, head, sh, out + head, (in + head)...);
-  } else if constexpr (K == 1 && sizeof(Out) == 2 && ((sizeof(In) == 2) && ...)) {   // even shifts fixed
-    if (sh.s[0] == 2) return launch_shifted<Tn, N, kShfl, 2>(l, f, n - head, head, sh, out + head, (in + head)...);
-    if (sh.s[0] == 4) return launch_shifted<Tn, N, kShfl, 4>(l, f, n - head, head, sh, out + head, (in + head)...);
-    if (sh.s[0] == 6) return launch_shifted<Tn, N, kShfl, 6>(l, f, n - head, head, sh, out + head, (in + head)...);
-    return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
-  } else if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
-    // Straddling packs need whole 32-bit words per pack (always so for 16-bit and wider types).
-    return launch_shifted<Tn, N, kShfl>(l, f, n - head, head, sh, out + head, (in + head)...);
-  } else {
-    return with_widest_pack<N>([&](auto w) { return launch_pack<Tn, w.value>(l, f, n, out, in...); }, out, in...);
+  const int sizes[K > 0 ? K : 1] = {int(sizeof(In))...};
+  const uintptr_t ptrs[K > 0 ? K : 1] = {reinterpret_cast<uintptr_t>(in)...};
+  Shifts<K> sh{};
+  const MapPlan p = plan_map(tuning_values<Tn>(), K, int(sizeof(Out)), sizes, reinterpret_cast<uintptr_t>(out),
+                             ptrs, n, sh.s);
+  const int64_t m = n - p.head;
+  const int h = p.head;
+  switch (p.variant) {
+    case kMapPacks:
+      return launch_pack_peeled<Tn, N>(l, f, m, h, out + h, (in + h)...);
+    case kMapHalfPacks:
+      if constexpr (K == 1 && sizeof(Out) == 4 && ((sizeof(In) == 4) && ...))
+        return launch_pack_peeled<HalfPackTuning<Tn>, 2>(l, f, m, h, out + h, (in + h)...);
+      break;
+    case kMapShifted:
+      if constexpr (K == 1 && sizeof(Out) == 4 && ((sizeof(In) == 4) && ...)) {
+        if (p.fixed_shift == 1) return launch_shifted<Tn, N, kShfl, 1>(l, f, m, h, sh, out + h, (in + h)...);
+        if (p.fixed_shift == 3) return launch_shifted<Tn, N, kShfl, 3>(l, f, m, h, sh, out + h, (in + h)...);
+      } else if constexpr (K == 1 && sizeof(Out) == 2 && ((sizeof(In) == 2) && ...)) {
+        if (p.fixed_shift == 2) return launch_shifted<Tn, N, kShfl, 2>(l, f, m, h, sh, out + h, (in + h)...);
+        if (p.fixed_shift == 4) return launch_shifted<Tn, N, kShfl, 4>(l, f, m, h, sh, out + h, (in + h)...);
+        if (p.fixed_shift == 6) return launch_shifted<Tn, N, kShfl, 6>(l, f, m, h, sh, out + h, (in + h)...);
+        return launch_shifted<Tn, N, kShfl>(l, f, m, h, sh, out + h, (in + h)...);
+      } else if constexpr (K > 0 && ((N * sizeof(In) % 4 == 0) && ...)) {
+        return launch_shifted<Tn, N, kShfl>(l, f, m, h, sh, out + h, (in + h)...);
+      }
+      break;
+    case kMapNarrow:   // only where no straddling-load kernel can take the inputs (see plan_map)
+      if constexpr (!(K > 0 && ((N * sizeof(In) % 4 == 0) && ...)))
+        return dispatch_pack<N>(p.pack, [&](auto w) { return launch_pack<Tn, w.value>(l, f, n, out, in...); });
+      break;
   }
+  return cudaErrorNotSupported;   // a plan these types cannot take: plan_map and the cases above disagree
 }
 
 // Entry for generated code: whole N-element packs (16 bytes for the widest operand) wherever the
@@ -637,5 +743,7 @@ template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map(const Launch& l, const F& f, int64_t n, Out* out, const In*... in) {
   return launch_map_with<Tn, kShiftByShuffle<sizeof...(In)>>(l, f, n, out, in...);
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace ew

@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 // Bump when any entry point's argument list or meaning changes; pyew refuses another version.
-#define EW_ABI_VERSION 2
+#define EW_ABI_VERSION 3
 
 #ifdef __cplusplus
 #define EW_API extern "C" __attribute__((visibility("default")))

@@ -12,7 +12,6 @@
 // For float and double results (and when R is left out) every helper is accurate to a few ulp
 // of its compute type C.
 #pragma once
-#include <cuda_runtime.h>
 #include "ew_types.cuh"
 
 namespace ew {

@@ -1,9 +1,9 @@
 // Element types, conversions and packs shared by every libew kernel.
 #pragma once
-#include <cstdint>
-#include <algorithm>
-#include <type_traits>
+#include "ew_std.cuh"
+#ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#endif
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
@@ -51,7 +51,7 @@ using id_t = typename identity<T>::type;
 // Largest elements-per-pack such that every type's pack stays within 16 bytes.
 template <typename... Ts>
 constexpr int max_pack() {
-  constexpr size_t biggest = std::max({sizeof(Ts)...});
+  constexpr size_t biggest = cmax(sizeof(Ts)...);
   return static_cast<int>(16 / biggest);
 }
 

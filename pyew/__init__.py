@@ -11,10 +11,12 @@ is loaded on first use, so `import pyew` itself needs neither the library nor a 
 """
 from __future__ import annotations
 
-from . import dtypes, library
+from . import dtypes, library, ufuncs
 from . import kinds as _kinds
 from .array import DeviceArray, empty, zeros
 from .errors import CudaError, LibraryError, NoDeviceError, PyewError
+from .formula import FormulaError
+from .fused import evaluate, fuse
 from .interop import asarray, from_dlpack
 from .pinned import empty_pinned
 from .runtime import Device, ExternalStream, Stream, current_stream, device_count, device_info, synchronize
@@ -23,7 +25,8 @@ from .version import __version__
 
 __all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "empty_pinned", "Device", "device_count",
            "Stream", "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
-           "transfer_limits", "PyewError", "CudaError", "LibraryError", "NoDeviceError", "dtypes", "__version__"]
+           "transfer_limits", "evaluate", "fuse", "FormulaError", "PyewError", "CudaError", "LibraryError",
+           "NoDeviceError", "dtypes", "ufuncs", "__version__"]
 
 
 def ops() -> list[dict]:

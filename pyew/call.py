@@ -33,8 +33,7 @@ from .operands import (
     broadcast_strides,
     classify,
     collapse,
-    kernel_dtype,
-    result_dtype,
+    op_dtype,
     scalar_bits,
     scalar_value,
 )
@@ -65,10 +64,11 @@ def device_of(args: Sequence, out, stream) -> int:
 @dataclass(slots=True)
 class Prepared:
     """An elementwise call after classification: its operands, the dtype its kernel runs in, the
-    kernel, the broadcast shape, and whether it runs on the GPU's data (device) or numpy's."""
-    op: library.Op
+    kernel, the broadcast shape, and whether it runs on the GPU's data (device) or numpy's. A fused
+    formula (pyew/fused.py) has neither op nor kernel: its kernel takes each operand's own dtype."""
+    op: library.Op | None
     operands: list[Operand]
-    kernel: library.Kernel
+    kernel: library.Kernel | None
     shape: tuple[int, ...]
     device: bool
 
@@ -79,26 +79,36 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
     if len(args) != len(names):
         raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
     operands = [classify(a, op.name, n, stream) for a, n in zip(args, names)]
-    first = operands[0].info
-    if first is not None and all(o.info is first for o in operands):
-        result = first.np
-    else:
-        result = result_dtype(operands, op.name)
-    kd = kernel_dtype(result, op.dtypes, op.name)
+    # inputs of a fixed dtype (where's condition) take no part in promotion: they are converted to it
+    fixed = op.fixed
+    kernel = op.kernel(op_dtype(op, operands))
     shape = broadcast_shape(operands, op.name)
     if not broadcast:
         for o in operands:
             if o.kind != SCALAR and o.shape != shape:
                 desc = ", ".join(f"{x.name!r} {x.shape}" for x in operands if x.kind != SCALAR)
                 raise ValueError(f"{op.name}: inputs must have one shape (or be scalars), got {desc}")
-    for o in operands:
+    for o, want in zip(operands, input_dtypes(kernel, len(operands))):
         if o.kind == SCALAR:
-            scalar_value(o, kd, op.name)         # refuses out-of-range values now, not at launch
-        elif o.info is not kd and cast_entry(o.info, kd) is None:
-            raise TypeError(f"{op.name}: input {o.name!r} is {o.info.name} and the op runs in {kd.name}, but the "
-                            f"library has no cast from {o.info.name} to {kd.name} (op to_{kd.name}); "
-                            "add it to a spec and rebuild, or convert the input first")
-    return Prepared(op, operands, op.kernel(kd), shape, any(o.kind == DEVICE for o in operands))
+            scalar_value(o, want, op.name)         # refuses out-of-range values now, not at launch
+        elif o.info is not want and cast_entry(o.info, want) is None:
+            why = (f"the op's input {o.name!r} is always {want.name}" if o.name in fixed else
+                   f"the op runs in {want.name}")
+            raise TypeError(f"{op.name}: input {o.name!r} is {o.info.name} and {why}, but the library has no cast "
+                            f"from {o.info.name} to {want.name} (op to_{want.name}); add it to a spec and rebuild, "
+                            "or convert the input first")
+    return Prepared(op, operands, kernel, shape, any(o.kind == DEVICE for o in operands))
+
+
+def input_dtypes(kernel: library.Kernel | None, count: int) -> list:
+    """The dtype each of `count` operands reaches the kernel in: the kernel's dtype, or the input's
+    fixed dtype (where's condition: bool); None for each where there is no kernel (a fused formula
+    converts its operands in registers). Operands past the kernel's inputs (mask_backward's mask)
+    are listed in the kernel's dtype."""
+    if kernel is None:
+        return [None] * count
+    have = kernel.in_dtypes
+    return [have[j] if j < len(have) else kernel.dtype for j in range(count)]
 
 
 def param_values(op: library.Op, kw: dict) -> tuple:
@@ -193,6 +203,22 @@ def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: boo
                 raise ValueError(f"{op}: out overlaps input {o.name!r} without being exactly it; use a separate out")
 
 
+def check_alias_arrays(out: DeviceArray, ins: Sequence[DeviceArray], op: str) -> None:
+    """check_alias for DeviceArray inputs (a replayed plan's)."""
+    check_alias(out, [Operand(f"#{i}", DEVICE, a, None, ()) for i, a in enumerate(ins) if overlaps(out, a)], op)
+
+
+def device_signature(a: DeviceArray) -> tuple:
+    """What a call plan depends on of a DeviceArray: dtype, shape and GPU."""
+    return a._info, a.shape, a._buf.stream.ordinal
+
+
+def mark_used(arrays: Sequence[DeviceArray], stream) -> None:
+    """These arrays' memory is used by work queued on `stream` (their frees wait for it)."""
+    for a in arrays:
+        a._buf.used_on(stream)
+
+
 def overlaps(a: DeviceArray, b) -> bool:
     return (isinstance(b, DeviceArray) and a.nbytes and b.nbytes
             and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes)
@@ -257,22 +283,21 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
     n = math.prod(out_shape)
     if n == 0:
         return
-    kd = kernel.dtype
     keep = []
     ptrs = []
     ready = []
-    for i in ins:
-        if i.info is not kd:
-            entry = cast_entry(i.info, kd)
+    for i, want in zip(ins, input_dtypes(kernel, len(ins))):
+        if i.info is not want:
+            entry = cast_entry(i.info, want)
             if entry is None:
-                raise TypeError(f"no cast from {i.info.name} to {kd.name} in the library (op to_{kd.name}); "
+                raise TypeError(f"no cast from {i.info.name} to {want.name} in the library (op to_{want.name}); "
                                 "add it to a spec and rebuild")
             m = math.prod(i.shape)
-            tmp = Buffer(m * kd.itemsize, stream)
+            tmp = Buffer(m * want.itemsize, stream)
             keep.append(tmp)
             if m:
                 library.launch(entry, (tmp.ptr, i.ptr, m), stream)
-            i = DevIn(tmp.ptr, i.shape, None, kd, i.value)
+            i = DevIn(tmp.ptr, i.shape, None, want, i.value)
         ready.append(i)
         ptrs.append(i.ptr)
     if all(i.shape == out_shape and i.strides is None for i in ready):
@@ -290,9 +315,9 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
         if i.shape == out_shape and i.strides is None:
             ptrs.append(i.ptr)
         elif i.value is not None:
-            buf = Buffer(n * kd.itemsize, stream)
+            buf = Buffer(n * i.info.itemsize, stream)
             keep.append(buf)
-            fill(buf.ptr, n, kd, scalar_bits(i.value, kd), stream)
+            fill(buf.ptr, n, i.info, scalar_bits(i.value, i.info), stream)
             ptrs.append(buf.ptr)
         else:
             raise ValueError(f"{kernel.entry(role).symbol} cannot broadcast an input of shape {i.shape} to "
@@ -323,11 +348,10 @@ def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
     """Every operand of a GPU call as a DevIn: GPU arrays as they are (marked used on the stream),
     host arrays copied up in their own dtype (converted on the GPU afterwards), scalars as
     one-element buffers."""
-    kd = p.kernel.dtype
     ins = []
-    for o in p.operands:
+    for o, want in zip(p.operands, input_dtypes(p.kernel, len(p.operands))):
         if o.kind == SCALAR:
-            ins.append(scalar_input(o, kd, stream, keep))
+            ins.append(scalar_input(o, want, stream, keep))
             continue
         if o.kind == HOST:
             d = from_host(o.value, stream)
@@ -364,7 +388,7 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
         if math.prod(p.shape):
             step(ins, [r.ptr for r in results], [tuple(r.shape) for r in results], stream)
         return results
-    kd = p.kernel.dtype
+    wants = input_dtypes(p.kernel, len(p.operands))    # None: a fused formula, which converts in registers
     results = [o if o is not None else np.empty(shape, info.np) for shape, info, o in outputs]
     for r in results:
         unalias_host(p.operands, r)
@@ -374,8 +398,8 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
     scalars = {}
     for i, o in enumerate(p.operands):
         if o.kind == SCALAR:
-            scalars[i] = scalar_input(o, kd, stream, keep)
-    casts = sum(kd.itemsize for o in p.operands if o.kind == HOST and o.info is not kd)
+            scalars[i] = scalar_input(o, wants[i], stream, keep)
+    casts = sum(w.itemsize for o, w in zip(p.operands, wants) if w is not None and o.kind == HOST and o.info is not w)
 
     def block(chunk: transfer.DeviceChunk):
         ins = []

@@ -37,14 +37,15 @@ except ImportError as e:        # pragma: no cover - depends on the environment
                       "distributed") from e
 
 from . import dtypes as dt
-from . import kinds, library
+from . import formula, fused, kinds, library
 from .array import DeviceArray
+from .formula import Call, Var
 from .interop import asarray
-from .operands import HOST, SCALAR, Operand, kernel_dtype, result_dtype
+from .operands import HOST, SCALAR, Operand, op_dtype
 from .pinned import pinned_or_empty
 from .runtime import Device, ExternalStream
 
-__all__ = ["map", "map_blocks"]
+__all__ = ["map", "map_blocks", "evaluate"]
 
 
 # ---- the op functions -----------------------------------------------------------------------------
@@ -81,8 +82,7 @@ def _result_dtype(op, *args) -> np.dtype:
         bad = next(a for a in args if not isinstance(a, (bool, int, float)) and not _known(a))
         raise TypeError(f"{spec.name}: a {getattr(bad, 'dtype', type(bad).__name__)} input, which pyew does not "
                         "support") from None
-    kd = kernel_dtype(result_dtype(operands, spec.name), spec.dtypes, spec.name)
-    return spec.kernel(kd).out_dtype.np
+    return spec.kernel(op_dtype(spec, operands)).out_dtype.np
 
 
 def _known(a) -> bool:
@@ -95,7 +95,9 @@ def _known(a) -> bool:
 
 def map(op, *args, **params):
     """op(*args, **params) blockwise over dask arrays (numpy arrays and scalars broadcast in, as with
-    dask's ufuncs). Returns a dask array; nothing runs until it is computed."""
+    dask's ufuncs). Returns a dask array; nothing runs until it is computed. Ops applied to the
+    results of other pyew.dask ops fuse with them: each chunk runs the whole chain as one formula
+    (one kernel, and for numpy chunks one upload and one download)."""
     spec = _map_op(op)
     unknown = set(params) - {p.name for p in spec.params}
     if unknown:
@@ -103,11 +105,66 @@ def map(op, *args, **params):
                         f"{', '.join(p.name for p in spec.params) or 'none'}")
     arrays = [a if _is_scalar(a) else da.asarray(a) for a in args]
     dtype = _result_dtype(spec.name, *arrays)
-    dims = [a.ndim for a in arrays if not _is_scalar(a)]
-    if not dims:
+    if not any(not _is_scalar(a) for a in arrays):
         raise TypeError(f"pyew.dask.{spec.name}: give at least one array (for scalars call pyew.{spec.name})")
+    leaves: list = []
+    nodes = [_inline(a, leaves) for a in arrays]
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.generic)):
+            raise TypeError(f"pyew.dask.{spec.name}: param {k!r} must be a number")
+    tree = Call(spec.name, tuple(nodes), tuple(sorted((k, v.item() if isinstance(v, np.generic) else v)
+                                                      for k, v in params.items())))
+    return _formula_array(tree, leaves, dtype, spec.name)
+
+
+def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None):
+    """pyew.evaluate over dask arrays: the formula blockwise, one fused kernel per chunk (numpy chunks
+    cross PCIe once each way). Names come from local_dict, global_dict, or the caller's frame, as
+    pyew.evaluate takes them; dask arrays, numpy arrays and numbers mix as with dask's ufuncs."""
+    tree, names = fused.parse(expr)
+    values = fused.lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
+    arrays = {k: (v if _is_scalar(v) else da.asarray(v)) for k, v in values.items()}
+    if all(_is_scalar(v) for v in arrays.values()):
+        raise TypeError("pyew.dask.evaluate: give at least one array")
+    leaves: list = []
+    mapping = {k: _inline(v, leaves) for k, v in arrays.items()}
+    tree = formula.substitute(tree, mapping)
+    args = tuple(fused.Arg(n, False, None, type(v)) if isinstance(v, (bool, int, float))
+                 else fused.Arg(n, not _is_scalar(v), dt.lookup(np.dtype(v.dtype))) for n, v in leaves)
+    dtype = fused.program(tree, args, expr).out.np
+    return _formula_array(tree, leaves, dtype, expr.strip())
+
+
+_FORMULAS: dict = {}        # a pyew.dask result's dask name -> (its tree, its leaves), for fusing
+
+
+def _inline(a, leaves: list):
+    """The node of one operand: a pyew.dask result's own formula (its leaves joining `leaves`), or a
+    new variable for anything else."""
+    hit = _FORMULAS.get(getattr(a, "name", None)) if isinstance(a, da.Array) else None
+    if hit is not None:
+        tree, sub = hit
+        mapping = {}
+        for name, v in sub:
+            mapping[name] = _leaf(v, leaves)
+        return formula.substitute(tree, mapping)
+    return _leaf(a, leaves)
+
+
+def _leaf(v, leaves: list) -> Var:
+    for name, have in leaves:
+        if have is v:
+            return Var(name)
+    name = f"v{len(leaves)}"
+    leaves.append((name, v))
+    return Var(name)
+
+
+def _formula_array(tree, leaves: list, dtype: np.dtype, what: str):
+    arrays = [v for _, v in leaves]
+    dims = [a.ndim for a in arrays if not _is_scalar(a)]
     ndim = max(dims)
-    # CuPy chunks anywhere make CuPy chunks (_apply_op allocates the output with CuPy)
+    # CuPy chunks anywhere make CuPy chunks (_apply_formula allocates the output with CuPy)
     like = next((a for a in arrays if not _is_scalar(a) and _is_cupy(a._meta)), None)
     if like is None:
         like = next(a for a in arrays if not _is_scalar(a))
@@ -115,22 +172,37 @@ def map(op, *args, **params):
     pairs = []
     for a in arrays:
         pairs += [a, None] if _is_scalar(a) else [a, tuple(range(ndim - a.ndim, ndim))]
-    return da.blockwise(functools.partial(_apply_op, spec.name, dtype, params), tuple(range(ndim)), *pairs,
-                        dtype=dtype, meta=meta, name=f"pyew-{spec.name}-{da.core.tokenize(spec.name, params, *args)}")
+    names = tuple(n for n, _ in leaves)
+    text = formula.text(tree)
+    out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype), tuple(range(ndim)), *pairs,
+                       dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, *arrays)}")
+    if len(_FORMULAS) > 4096:
+        _FORMULAS.clear()
+    _FORMULAS[out.name] = (tree, leaves)
+    return out
 
 
 def _is_scalar(a) -> bool:
     return isinstance(a, (bool, int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0)
 
 
-def _apply_op(name: str, dtype: np.dtype, params: dict, *blocks):
-    fn = kinds.table()[name]
+def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, *blocks):
+    values = dict(zip(names, blocks))
     gpu = _gpu_block(blocks)
-    if gpu is None:
-        return fn(*blocks, **params)             # numpy in, numpy out
-    shape = np.broadcast_shapes(*(b.shape for b in blocks if hasattr(b, "shape")))
+    shape = np.broadcast_shapes(*(np.shape(b) for b in blocks))
+    if isinstance(tree, Call) and all(isinstance(a, Var) for a in tree.args):
+        # one op: the library's own kernel, nothing to compile
+        fn = kinds.table()[tree.op]
+        args = [values[a.name] for a in tree.args]
+        if gpu is None:
+            return fn(*args, **dict(tree.params))
+        out, stream = _empty_like(gpu, shape, dtype)
+        fn(*args, out=out, stream=stream, **dict(tree.params))
+        return out
+    if gpu is None:                      # numpy in, numpy out: into pinned memory while the pool has room
+        return fused.run(tree, values, text, out=pinned_or_empty(shape, dtype))
     out, stream = _empty_like(gpu, shape, dtype)
-    fn(*blocks, out=out, stream=stream, **params)
+    fused.run(tree, values, text, out=out, stream=stream)
     return out
 
 

@@ -257,7 +257,7 @@ def device_index(obj) -> int | None:
 
 def _torch_reader(torch):
     names = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-             "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
+             "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
     if hasattr(torch, "uint32"):
         names["uint32"] = torch.uint32
     by_dtype = {tdt: dt.BY_NAME[n] for n, tdt in names.items()}

@@ -29,7 +29,7 @@ from . import dtypes as dt
 from . import runtime as rt
 from .errors import CudaError, LibraryError
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 _PACKAGE = Path(__file__).resolve().parent
 _REPO = _PACKAGE.parent
 BUNDLED = _PACKAGE / "_lib" / "libew.so"
@@ -96,6 +96,8 @@ class Kernel:
     out_dtype: dt.DType
     paired: bool
     entries: tuple[Entry, ...]
+    # each input's dtype: `dtype`, except an input the op fixes (where's condition: bool)
+    in_dtypes: tuple[dt.DType, ...] = ()
 
     def entry(self, role: str) -> Entry | None:
         for e in self.entries:
@@ -117,6 +119,13 @@ class Op:
     rtol: float | None
     tuning: str | None
     kernels: tuple[Kernel, ...]
+    # the numpy ufunc the op implements where its name differs (sub: "subtract"), else None; a numpy
+    # ufunc maps to the op whose `ufunc` is its __name__, else to the op of that name
+    ufunc: str | None = None
+    # input name -> the dtype that input always has (where: {"condition": bool}); {} for most ops
+    fixed: dict = field(default_factory=dict)
+    ulp: int | None = None          # float32 accuracy the tests check, in ulp; None: rtol
+    launch: str | None = None       # map ops: "tuned" or "basic" (the contiguous entry's kernels)
     by_dtype: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -184,10 +193,26 @@ class Library:
         self.fill = self._declare("ew_fill", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
                                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
         self.manifest = self._parse(raw)
+        self._bind_jit()
         # cuda-python may hold the GIL in blocking waits; these ctypes calls never do
         ev_sync = self._declare("ew_event_synchronize", [ctypes.c_void_p])
         st_sync = self._declare("ew_stream_synchronize", [ctypes.c_void_p])
         rt.use_blocking_waits(lambda ev: ev_sync(int(ev)), lambda st: st_sync(int(st)))
+
+    def _bind_jit(self):
+        """The entry points of run-time compiled kernels (libew/jit.cu), for pyew/jit.py."""
+        load = self._declare("ew_jit_load", [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)])
+        self.jit_slot_count = self._declare("ew_jit_slots", [])()
+        args = (("kernels", "layout"), ("tuning", "i32"), ("fn", "layout"), ("n", "i64"), ("out", "out"),
+                ("ins", "layout"), ("k", "i32"), ("out_size", "i32"), ("in_sizes", "layout"), ("layout", "layout"),
+                ("overlap", "i32"), ("need", "layout"), ("stream", "stream"), ("sms", "i32"), ("threads_per_sm", "i32"))
+        self.jit_map = self._bind({"symbol": "ew_jit_map", "packed": "ew_jit_map_packed"}, args)
+
+        def jit_load(image: bytes, name: str) -> int:
+            handle = ctypes.c_void_p()
+            self.check(load(image, name.encode(), ctypes.byref(handle)), f"loading the kernel {name}")
+            return handle.value
+        self.jit_load = jit_load
 
     def _declare(self, symbol, argtypes):
         try:
@@ -235,11 +260,17 @@ class Library:
                     raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
                 fn = self._bind(e, args)
                 entries.append(Entry(e["role"], e["symbol"], args, fn))
-            kernels.append(Kernel(dt.BY_NAME[k["dtype"]], dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")),
-                                  tuple(entries)))
+            info = dt.BY_NAME[k["dtype"]]
+            ins = tuple(dt.BY_NAME[d] for d in k["in_dtypes"]) if "in_dtypes" in k else (info,) * len(o["inputs"])
+            if len(ins) != len(o["inputs"]):
+                raise ValueError(f"kernel {info.name} of op {o['name']} lists {len(ins)} input dtypes for "
+                                 f"{len(o['inputs'])} inputs")
+            kernels.append(Kernel(info, dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")), tuple(entries), ins))
         params = tuple(Param(p["name"], p["type"], p["default"]) for p in o["params"])
+        fixed = {str(name): dt.BY_NAME[d] for name, d in (o.get("fixed") or {}).items()}
         return Op(o["name"], o["kind"], tuple(o["inputs"]), params, o.get("doc", ""), o.get("ref", ""),
-                  o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels))
+                  o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels),
+                  o.get("ufunc"), fixed, o.get("ulp"), o.get("launch"))
 
     def spec_path(self, recorded: str) -> Path:
         """Where a spec file the library was built from lies now: a relative path is taken from the

@@ -52,5 +52,20 @@ for arrays in ((x,), (x, x[:, :1]), (x[:, ::2],), (x.astype(np.float16), x)):
     count += 1
 pyew.relu_mask(x)
 pyew.set_transfer_limits(**tlim)
+# fused formulas: each launch variant of the run-time compiled kernels (aligned, peeled prologue,
+# straddling loads with the shift fixed and read at run time, half packs, broadcasts), odd sizes
+for f, dtypes in (("sigmoid(a) * 2", ("float32", "float16", "float64")), ("a * b + 1", ("float32", "bfloat16")),
+                  ("where(a > b, exp(a), b * 0.5)", ("float32", "float16"))):
+    for name in dtypes:
+        info = pyew.dtypes.BY_NAME[name]
+        for n in (1, 7, 33, 4099):
+            for sa, sb in ((0, 0), (1, 1), (1, 0), (2, 0), (3, 5), (0, 6)):
+                env = {"a": exact(data(info, n), sa), "b": exact(data(info, n), sb)}
+                pyew.evaluate(f, local_dict=env, out=exact(np.zeros(n, info.np), 0))
+                count += 1
+        a = pyew.asarray(data(info, 33 * 17).reshape(33, 17))
+        for b in (pyew.asarray(data(info, 17)), pyew.asarray(data(info, 33).reshape(33, 1))):
+            pyew.evaluate(f, local_dict={"a": a, "b": b})
+            count += 1
 pyew.synchronize()
 print(f"sanitize smoke: {count} calls done")

@@ -43,7 +43,7 @@ class FakeKernels:
             out, ins, n = args[0], args[1:1 + nin], args[1 + nin]
             params = dict(zip((p.name for p in op.params), args[2 + nin:2 + nin + len(op.params)]))
             if entry.role == "forward":
-                arrays = [device_view(p, kd.np, (n,)) for p in ins]
+                arrays = [device_view(p, d.np, (n,)) for p, d in zip(ins, k.in_dtypes)]
                 shape = (n,)
             else:
                 lay = args[-1]
@@ -51,11 +51,11 @@ class FakeKernels:
                 vals = (ctypes.c_int64 * (1 + nd * (1 + nin))).from_address(lay)
                 shape = tuple(vals[1:1 + nd])
                 assert int(np.prod(shape)) == n
-                arrays = [_strided(p, kd, shape, tuple(vals[1 + nd * (1 + i): 1 + nd * (2 + i)]))
-                          for i, p in enumerate(ins)]
+                arrays = [_strided(p, d, shape, tuple(vals[1 + nd * (1 + i): 1 + nd * (2 + i)]))
+                          for i, (p, d) in enumerate(zip(ins, k.in_dtypes))]
             with np.errstate(all="ignore"):
                 ref = evaluate(op.ref, op.inputs, [a.reshape(-1) if entry.role == "forward" else a for a in arrays],
-                               params, kd)
+                               params, kd, k.in_dtypes)
                 device_view(out, out_info.np, shape)[...] = np.broadcast_to(ref, shape).astype(out_info.np)
             return
         if op.kind == "relu_mask":
@@ -86,7 +86,59 @@ def install(monkeypatch) -> FakeKernels:
     f = FakeKernels()
     monkeypatch.setattr(library, "launch", f.launch)
     monkeypatch.setattr(call, "fill", f.fill)
+    from pyew import fused
+    monkeypatch.setattr(fused.Program, "launch_ptrs", _fake_formula)
     return f
+
+
+def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay):
+    """A fused formula's kernel on the CPU: its tree node by node through the ops' references, each
+    node rounded to its dtype as the op alone would round it (the real kernel rounds once)."""
+    import struct
+
+    from pyew import dtypes as dt
+    from pyew import fused
+    from pyew.formula import Const, Var
+    n = int(np.prod(out_shape))
+    if n == 0:
+        return
+    shape = tuple(out_shape)
+    if lay is None:
+        arrays = [device_view(p, a.info.np, shape) for p, a in zip(in_ptrs, prog.arrays)]
+    else:
+        nd = lay[0]
+        shp = tuple(lay[1:1 + nd])
+        arrays = [_strided(p, a.info, shp, tuple(lay[1 + nd * (1 + i): 1 + nd * (2 + i)])).reshape(shape)
+                  for i, (p, a) in enumerate(zip(in_ptrs, prog.arrays))]
+    scalars = struct.unpack(prog.fmt, blob.raw[:struct.calcsize(prog.fmt)]) if prog.scalars else ()
+    env = {a.name: v for a, v in zip(prog.arrays, arrays)}
+    env.update({a.name: (a.pytype(v) if a.info is None else v) for a, v in zip(prog.scalars, scalars)})
+    vocab = fused.vocabulary()
+
+    def ev(node):
+        if isinstance(node, Const):
+            return node.value, None
+        if isinstance(node, Var):
+            v = env[node.name]
+            return (v, dt.lookup(v.dtype)) if isinstance(v, np.ndarray) else (v, None)
+        op = vocab[node.op]
+        kids = [ev(a) for a in node.args]
+        from pyew.operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+        operands = [Operand(nm, SCALAR, v, None, ()) if i is None else Operand(nm, DEVICE, None, i, ())
+                    for nm, (v, i) in zip(op.inputs, kids)]
+        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name)
+        k = op.kernel(kd)
+        params = {p.name: p.default for p in op.params}
+        params.update(dict(node.params))
+        ins = [np.asarray(v).astype(d.np) for (v, _), d in zip(kids, getattr(k, "in_dtypes", None) or
+                                                               [kd] * len(kids))]
+        with np.errstate(all="ignore"):
+            r = evaluate(op.ref, op.inputs, ins, params, kd, getattr(k, "in_dtypes", None))
+            return np.asarray(r).astype(k.out_dtype.np), k.out_dtype
+
+    r, _ = ev(prog.tree)
+    with np.errstate(all="ignore"):
+        device_view(out_ptr, prog.out.np, shape)[...] = np.broadcast_to(r, shape).astype(prog.out.np)
 
 
 def _launch_through_library(self, entry, out_ptr, in_ptrs, n, s):

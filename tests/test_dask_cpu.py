@@ -142,3 +142,30 @@ def test_bench_dask_arguments(capsys):
     except ImportError:
         assert dask_scaling.main(["--gpus", "1"]) == 2
         assert "needs dask, distributed and dask-cuda" in capsys.readouterr().err
+
+
+def test_chains_fuse_into_one_kernel_per_chunk(ed, fakes, rng, monkeypatch):
+    from pyew import fused, library
+    a = rng.standard_normal((60, 20)).astype(np.float32)
+    x = da.from_array(a, chunks=(20, 20))
+    y = ed.gelu(ed.add(ed.mul(x, 2.0), 0.25))
+    formulas, ops = [], []
+    real_formula, real_op = fused.Program.launch_ptrs, library.launch
+    monkeypatch.setattr(fused.Program, "launch_ptrs", lambda *a: formulas.append(1) or real_formula(*a))
+    monkeypatch.setattr(library, "launch", lambda *a: ops.append(1) or real_op(*a))
+    got = y.compute(scheduler="sync")
+    assert len(formulas) == 3 and not ops, "one fused kernel per chunk, no kernel per op"
+    np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(a, 2.0), 0.25)))
+
+
+def test_dask_evaluate(ed, fakes, rng):
+    a = rng.standard_normal((50, 8)).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    x = da.from_array(a, chunks=(16, 8))
+    y = ed.evaluate("sigmoid(x * w) + s", local_dict={"x": x, "w": w, "s": 0.5})
+    assert y.dtype == np.float32 and y.chunks == x.chunks
+    np.testing.assert_allclose(y.compute(scheduler="sync"), pyew.add(pyew.sigmoid(pyew.mul(a, w)), 0.5), rtol=1e-6)
+    z = ed.evaluate("x + 1")                 # names from the caller's frame
+    np.testing.assert_array_equal(z.compute(scheduler="sync"), a + 1)
+    with pytest.raises(pyew.FormulaError, match="did you mean"):
+        ed.evaluate("xx + 1", local_dict={"x": x})

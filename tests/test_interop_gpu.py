@@ -1,5 +1,5 @@
-"""GPU arrays of other libraries in and out: PyTorch and CuPy (on the GPU machines), JAX and Numba
-where present. Zero copy, streams honoured, lifetimes kept, bfloat16 through DLPack."""
+"""GPU arrays of other libraries in and out: PyTorch, CuPy, JAX and Numba, each where it is
+installed. Zero copy, streams honoured, lifetimes kept, bfloat16 through DLPack."""
 from __future__ import annotations
 
 import gc

@@ -12,6 +12,7 @@ from typing import Callable
 from .. import library
 from ..call import device_of
 from ..errors import LibraryError
+from ..formula import trace_if_traced
 from ..runtime import on, several
 
 BINDERS: dict[str, Callable] = {}
@@ -31,6 +32,9 @@ def binder(kind: str):
 
 def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str) -> Callable:
     def op(*args, **kwargs):
+        traced = trace_if_traced(name, args, kwargs)     # inside pyew.fuse: build the formula instead
+        if traced is not None:
+            return traced
         if several():
             # run on the operands' GPU, restoring the caller's current device afterwards
             with on(device_of(args, kwargs.get("out"), kwargs.get("stream"))):

@@ -1,0 +1,535 @@
+"""Fused formulas: a formula's tree (pyew/formula.py) typed for its operands' dtypes, rendered into
+one C++ functor built from the ops' own device functions (build/gen/fn/<op>.cuh), compiled once
+per signature (pyew/jit.py) and run as one kernel on the library's call path (pyew/call.py): numpy
+operands stream through the transfer engine once, GPU operands are read in place.
+
+Semantics are those of the single ops, applied node by node: numpy's broadcasting over all array
+operands, NEP 50 promotion at each op (Python numbers weakly typed), the kernel dtype an op picks
+(sigmoid of int32 runs in float64). Values between ops stay in the compute type of their dtype
+(float for float16, bfloat16 and float32; double for float64; the integer type for integers) and
+are rounded once, when the result is stored; an op whose result has another dtype (a cast, a
+comparison) rounds to that dtype where it stands, as it would alone.
+"""
+from __future__ import annotations
+
+import ctypes
+import difflib
+import functools
+import inspect
+import math
+import struct
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import call, formula, jit, library
+from . import dtypes as dt
+from . import runtime as rt
+from .array import DeviceArray
+from .formula import Call, Const, FormulaError, Var
+from .operands import DEVICE, SCALAR, Operand, broadcast_shape, classify, kernel_dtype, result_dtype, scalar_value
+
+# ---- the vocabulary -------------------------------------------------------------------------------
+
+_vocab_lock = threading.Lock()
+_vocab: tuple[object, dict, frozenset] | None = None
+
+
+def vocabulary() -> dict[str, library.Op]:
+    """Function name -> map op of the loaded library: each op by its name, and by the numpy ufunc
+    name its spec gives (`ufunc`), so a formula's `multiply` or `*` finds the op `mul`."""
+    global _vocab
+    lib = library.get()
+    v = _vocab
+    if v is None or v[0] is not lib:
+        with _vocab_lock:
+            table: dict[str, library.Op] = {}
+            for op in lib.manifest.ops:
+                if op.kind == "map":
+                    table[op.name] = op
+            for op in lib.manifest.ops:
+                u = getattr(op, "ufunc", None)
+                if op.kind == "map" and u and u not in table:
+                    table[u] = op
+            v = _vocab = (lib, table, frozenset(table))
+    return v[1]
+
+
+def _names() -> frozenset:
+    vocabulary()
+    return _vocab[2]
+
+
+def fixed_inputs(op: library.Op) -> dict[str, dt.DType]:
+    """Inputs whose dtype the op fixes (where's condition is bool), by name."""
+    fixed = getattr(op, "fixed", None) or {}
+    items = fixed.items() if isinstance(fixed, dict) else fixed
+    return {name: dt.lookup(d) for name, d in items}
+
+
+# ---- typing and rendering -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arg:
+    """An operand as a signature sees it: an array of a dtype, or a scalar (a Python number, weak,
+    or a numpy scalar of a dtype)."""
+    name: str
+    array: bool
+    info: dt.DType | None      # None: a Python number
+    pytype: type | None = None
+
+
+def _literal(v, info: dt.DType) -> str:
+    """v (a value exact in info's compute type) as a C++ expression of that type."""
+    if info.compute == "bool" or info.name == "bool":
+        return "true" if v else "false"
+    if info.kind == "int" or isinstance(v, (bool, np.bool_)):
+        return f"static_cast<{info.compute}>({int(v)}LL)"
+    f = float(v)
+    if math.isnan(f):
+        lit = "__builtin_nan(\"\")"
+    elif math.isinf(f):
+        lit = "__builtin_huge_val()" if f > 0 else "(-__builtin_huge_val())"
+    else:
+        lit = f.hex()
+    return f"static_cast<{info.compute}>({lit})"
+
+
+def _is_float(a: Arg) -> bool:
+    """A scalar operand travels in the functor as a double (floats) or a long long (ints, bools)."""
+    return a.pytype is float if a.info is None else a.info.kind == "float"
+
+
+class Program:
+    """A formula typed for one signature: its C++ source, output dtype, input dtypes (arrays, in
+    order), scalar parameters (in the functor, in order) and launch shape."""
+
+    def __init__(self, tree, args: tuple[Arg, ...], text: str):
+        self.tree = tree
+        self.text = text
+        self.arrays = [a for a in args if a.array]
+        self.scalars = [a for a in args if not a.array]
+        if not self.arrays:
+            raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
+        self._index = {a.name: i for i, a in enumerate(self.arrays)}
+        self._param = {a.name: i for i, a in enumerate(self.scalars)}
+        self._by_name = {a.name: a for a in args}
+        self.lines: list[str] = []
+        self.uses: list[tuple[int, dt.DType, str]] = []   # (scalar operand, dtype it converts to, op)
+        self.ops: set[str] = set()
+        self.compute = False
+        self._tmp = 0
+        info, expr = self._node(tree, root=True)
+        if info is None or isinstance(expr, tuple):
+            raise FormulaError(f"formula {text!r} computes nothing from its arrays")
+        self.out = info
+        self.tuning = 1 if self.compute else 0
+        in_t = [a.info.ctype for a in self.arrays]
+        params = "".join(f"  {'double' if _is_float(a) else 'long long'} p{i};\n" for i, a in enumerate(self.scalars))
+        sig = ", ".join(f"const {t} a{i}" for i, t in enumerate(in_t))
+        body = "".join(f"    {ln}\n" for ln in self.lines)
+        includes = "".join(f'#include "fn/{op}.cuh"\n' for op in sorted(self.ops))
+        head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\n'
+        self.source = (f"// pyew fused formula: {' '.join(text.split())}\n{head}{includes}"
+                       f"namespace ew_jit {{\nstruct fn {{\n{params}"
+                       f"  __device__ __forceinline__ {self.out.ctype} operator()({sig}) const {{\n{body}"
+                       f"    return ::ew::convert<{self.out.ctype}>({expr});\n  }}\n}};\n}}  // namespace ew_jit\n")
+        self.in_types = in_t
+        self.in_sizes = (ctypes.c_int * len(in_t))(*[a.info.itemsize for a in self.arrays])
+        self.fmt = "<" + "".join("d" if _is_float(a) else "q" for a in self.scalars)
+        self.slots: dict[str, jit.Slots] = {}
+
+    # A node's value: (its dtype, or None for a weak Python number; a C++ expression). Arrays
+    # are their storage values; scalars, the functor's params; ops, a temporary in the compute
+    # type of their result's dtype.
+    def _node(self, n, root=False):
+        if isinstance(n, Const):
+            return None, n.value
+        if isinstance(n, Var):
+            a = self._by_name[n.name]
+            if a.array:
+                return a.info, f"a{self._index[n.name]}"
+            return a.info, ("param", self._param[n.name], a)
+        return self._call(n, root)
+
+    def _call(self, n: Call, root: bool):
+        vocab = vocabulary()
+        op = vocab.get(n.op)
+        if op is None:
+            raise FormulaError(f"formula {self.text!r} uses {n.op!r}, which the loaded library has no op for; add it "
+                               "to a spec and rebuild")
+        if len(n.args) != len(op.inputs):
+            raise FormulaError(f"{n.op}() takes {len(op.inputs)} input(s) ({', '.join(op.inputs)}), got {len(n.args)} "
+                               f"in formula {self.text!r}")
+        given = dict(n.params)
+        unknown = set(given) - {p.name for p in op.params}
+        if unknown:
+            have = ", ".join(p.name for p in op.params) or "none"
+            raise FormulaError(f"{n.op}() has no param {', '.join(sorted(unknown))} (its params: {have})")
+        kids = [self._node(a) for a in n.args]
+        fixed = fixed_inputs(op)
+        operands = []
+        for name, (info, expr) in zip(op.inputs, kids):
+            if name in fixed:
+                continue
+            if info is None:      # a Python number: weakly typed, as NEP 50 has it
+                operands.append(Operand(name, SCALAR, expr[2].pytype(0) if isinstance(expr, tuple) else expr, None, ()))
+            else:
+                operands.append(Operand(name, DEVICE, None, info, ()))
+        try:
+            result = result_dtype(operands, n.op) if operands else np.dtype(np.float64)
+            kd = kernel_dtype(result, op.dtypes, n.op)
+        except TypeError as e:
+            raise FormulaError(f"in formula {self.text!r}: {e}") from None
+        kernel = op.kernel(kd)
+        out = kernel.out_dtype
+        self.ops.add(op.name)
+        if op.tuning == "compute":
+            self.compute = True
+        args = []
+        for name, (info, expr) in zip(op.inputs, kids):
+            want = fixed.get(name, kd)
+            args.append(self._as(info, expr, want, n.op, name))
+        for p in op.params:
+            v = given.get(p.name, p.default)
+            if v is None:
+                raise FormulaError(f"{n.op}() needs param {p.name!r} in formula {self.text!r}")
+            args.append(_literal(v, kd) if p.type == "float" else f"static_cast<::int64_t>({int(v)}LL)")
+        r = out.ctype if (root or out is not kd) else out.compute
+        call_ = f"::ewf::{op.name}_fn<{r}>{{}}({', '.join(args)})"
+        if out is not kd:
+            call_ = f"::ew::convert<{out.ctype}>({call_})"
+        t = f"t{self._tmp}"
+        self._tmp += 1
+        self.lines.append(f"const {out.compute} {t} = ::ew::convert<{out.compute}>({call_});")
+        return out, t
+
+    def _as(self, info, expr, want: dt.DType, op: str, name: str) -> str:
+        """An input of an op converted to the compute type of the dtype the op runs in."""
+        if isinstance(expr, tuple):           # a scalar operand: rounded to `want` in the kernel, as numpy does
+            _, i, a = expr
+            self.uses.append((i, want, op))
+            if a.info is None and a.pytype is int and want.kind == "float":
+                return f"::ew::convert<{want.compute}>(::ew::convert<{want.ctype}>(static_cast<double>(p{i})))"
+            return f"::ew::convert<{want.compute}>(::ew::convert<{want.ctype}>(p{i}))"
+        if info is None:                      # a number of the formula: exact in `want`, checked now
+            try:
+                v = scalar_value(Operand(name, SCALAR, expr, None, ()), want, op)
+            except OverflowError as e:          # numpy's error for int32 + 2**40
+                raise OverflowError(f"in formula {self.text!r}: {e}") from None
+            except TypeError as e:
+                raise FormulaError(f"in formula {self.text!r}: {e}") from None
+            return _literal(v.item() if hasattr(v, "item") else v, want)
+        return f"::ew::convert<{want.compute}>({expr})"
+
+    def pack(self, values) -> ctypes.Array:
+        """The functor's bytes for these scalar values (in self.scalars' order)."""
+        raw = struct.pack(self.fmt, *values) if values else b"\0" * 8
+        return ctypes.create_string_buffer(raw, max(len(raw), 8))
+
+    def check_scalars(self, values) -> None:
+        """Each number given for a scalar operand fits every dtype it is used in (numpy's NEP 50
+        refuses int32 + 2**40); raises before anything runs."""
+        for i, want, op in self.uses:
+            v = values[i]
+            if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
+                raise OverflowError(f"{self.text}: {self.scalars[i].name} = {v} does not fit in 64 bits")
+            if want.kind == "int":
+                scalar_value(Operand(self.scalars[i].name, SCALAR, v, None, ()), want, op)
+
+    def launch(self, ins, out_ptr: int, out_shape, stream, blob):
+        """Queue the kernel: ins are call.DevIn of the arrays, in order. Returns the layout it used
+        (None: contiguous)."""
+        contiguous = all(i.shape == tuple(out_shape) and i.strides is None for i in ins)
+        lay = None if contiguous else call.layout(tuple(out_shape), ins)[0]
+        self.launch_ptrs([i.ptr for i in ins], out_ptr, out_shape, stream, blob, lay)
+        return lay
+
+    def launch_ptrs(self, in_ptrs, out_ptr: int, out_shape, stream, blob, lay) -> None:
+        n = math.prod(out_shape)
+        if n == 0:
+            return
+        lib = library.get()
+        slots = self.slots.get(stream.ordinal)
+        if slots is None:
+            slots = self.slots[stream.ordinal] = jit.slots_for(stream.ordinal, lib.jit_slot_count)
+        arch = slots.arch
+        ptrs = (ctypes.c_void_p * len(in_ptrs))(*in_ptrs)
+        for _ in range(4):
+            rc = lib.jit_map(ctypes.addressof(slots.table), self.tuning, ctypes.addressof(blob), n, out_ptr,
+                             ctypes.addressof(ptrs), len(in_ptrs), self.out.itemsize, ctypes.addressof(self.in_sizes),
+                             0 if lay is None else ctypes.addressof(lay), slots.overlap,
+                             ctypes.addressof(slots.need), stream.handle, *stream.dims)
+            if rc != jit.MISSING:
+                if rc:
+                    lib.check(rc, f"formula {self.text!r}")
+                return
+            expr = jit.name_expression(slots.need, self.out.ctype, self.in_types)
+            slots.table[int(slots.need[0])] = jit.kernel(self.source, expr, arch, self.text)
+        raise RuntimeError(f"formula {self.text!r}: libew kept asking for kernels")
+
+
+_programs: dict = {}
+_programs_lock = threading.Lock()
+
+
+def program(tree, args: tuple[Arg, ...], text: str) -> Program:
+    """The formula typed for these operands; cached by the tree's identity (trees are kept by the
+    parse cache and by pyew.fuse's functions, so hashing them per call is avoided)."""
+    key = (id(tree), args, id(library.get()))
+    hit = _programs.get(key)
+    if hit is not None and hit[0] is tree:
+        return hit[1]
+    p = Program(tree, args, text)
+    with _programs_lock:
+        if len(_programs) > 4096:
+            _programs.clear()
+        _programs[key] = (tree, p)
+    return p
+
+
+# ---- running a formula ----------------------------------------------------------------------------
+
+_fallback_warned = False
+
+
+def run(tree, values: dict, text: str, out=None, stream=None, names=None):
+    """The formula over these operands (name -> array or number): one kernel on the call path.
+    names: the tree's variables, where the caller has them."""
+    if names is None:
+        names = formula.variables(tree)
+    if rt.several():
+        with rt.on(call.device_of([values[n] for n in names], out, stream)):
+            return _run(tree, values, text, out, stream, names)
+    return _run(tree, values, text, out, stream, names)
+
+
+class _Plan:
+    """A formula's call on GPU operands, classified once: replayed for every later call whose
+    operands have the same kinds, dtypes, shapes and GPU (the key _run looks it up by)."""
+    __slots__ = ("tree", "prog", "shape", "array_at", "scalar_at", "layout", "blob")
+
+    def __init__(self, tree, prog: Program, shape, array_at, scalar_at, layout):
+        self.tree, self.prog, self.shape = tree, prog, shape
+        self.array_at, self.scalar_at, self.layout = array_at, scalar_at, layout
+        self.blob = prog.pack([]) if not scalar_at else None
+
+
+_plans: dict = {}
+_NUMBERS = (bool, int, float)
+
+
+def _run(tree, values: dict, text: str, out, stream, names):
+    s = rt.resolve_stream(stream)
+    vals = [values[n] for n in names]
+    key = _plan_key(tree, s, out, vals)
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None and plan.tree is tree:
+        return _replay(plan, vals, text, out, s)
+    operands = [classify(v, text, n, s) for n, v in zip(names, vals)]
+    args = tuple(Arg(o.name, o.kind != SCALAR, o.info, None if o.info is not None else type(o.value))
+                 for o in operands)
+    why = jit.unavailable()
+    if why:
+        return _op_by_op(tree, values, text, out, stream, why)
+    prog = program(tree, args, text)
+    arrays = [o for o in operands if o.kind != SCALAR]
+    scalars = [o.value.item() if isinstance(o.value, np.generic) else o.value for o in operands if o.kind == SCALAR]
+    prog.check_scalars(scalars)
+    blob = prog.pack(scalars)
+    shape = broadcast_shape(arrays, text)
+    device = any(o.kind == DEVICE for o in arrays)
+    o = call.check_out(out, device, shape, prog.out, text, s)
+    if isinstance(o, DeviceArray):
+        device = True
+        call.check_alias(o, arrays, text)
+    p = call.Prepared(None, arrays, None, shape, device)
+    layouts = []
+
+    def step(ins, outs, shapes, st):
+        layouts.append(prog.launch(ins, outs[0], shapes[0], st, blob))
+
+    res = call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
+    if key is not None and device and all(a.kind == DEVICE for a in arrays) and layouts:
+        array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
+        scalar_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+        if len(_plans) > 4096:
+            _plans.clear()
+        _plans[key] = _Plan(tree, prog, shape, array_at, scalar_at, layouts[0])
+    return res
+
+
+def _plan_key(tree, s, out, vals):
+    """The cheap key of a call on pyew DeviceArrays and Python numbers (None for anything else:
+    numpy operands, other libraries' arrays, a foreign out=)."""
+    if out is not None and type(out) is not DeviceArray:
+        return None
+    parts = [id(tree), s.ordinal, out is None]
+    for v in vals:
+        t = type(v)
+        if t is DeviceArray:
+            parts.append(call.device_signature(v))
+        elif t in _NUMBERS:
+            parts.append(t)
+        else:
+            return None
+    return tuple(parts)
+
+
+def _replay(plan: _Plan, vals, text: str, out, s):
+    prog = plan.prog
+    arrays = [vals[i] for i in plan.array_at]
+    if plan.blob is not None:
+        blob = plan.blob
+    else:
+        scalars = [vals[i] for i in plan.scalar_at]
+        prog.check_scalars(scalars)
+        blob = prog.pack(scalars)
+    if out is None:
+        res = DeviceArray._alloc(plan.shape, prog.out, s)
+    else:
+        if out.dtype != prog.out.np or out.shape != plan.shape or out.readonly:
+            call.check_out(out, True, plan.shape, prog.out, text, s)       # raises with the reason
+        call.check_alias_arrays(out, arrays, text)
+        res = out
+    call.mark_used([res, *arrays], s)
+    prog.launch_ptrs([a.ptr for a in arrays], res.ptr, plan.shape, s, blob, plan.layout)
+    return res
+
+
+def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
+    """Without NVRTC: the formula one op at a time on the GPU, numpy operands uploaded once and the
+    result brought back once."""
+    global _fallback_warned
+    if not _fallback_warned:
+        _fallback_warned = True
+        warnings.warn(f"pyew: formulas run one kernel per op, not fused: {why}", RuntimeWarning, stacklevel=4)
+    from . import interop, kinds
+    table = kinds.table()
+    vocab = vocabulary()
+    host = not any(isinstance(v, DeviceArray) or interop.device_index(v) is not None
+                   for v in list(values.values()) + [out] if v is not None and not isinstance(v, (int, float, bool)))
+    dev = {}
+    for k, v in values.items():
+        dev[k] = interop.asarray(v) if isinstance(v, np.ndarray) else v
+
+    def ev(n):
+        if isinstance(n, Const):
+            return n.value
+        if isinstance(n, Var):
+            return dev[n.name]
+        op = vocab.get(n.op)
+        if op is None:
+            raise FormulaError(f"formula {text!r} uses {n.op!r}, which the loaded library has no op for")
+        return table[op.name](*[ev(a) for a in n.args], **dict(n.params), stream=stream)
+
+    r = ev(tree)
+    if not isinstance(r, DeviceArray):
+        raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
+    if host:
+        if out is not None:
+            r.get(out=out)
+            return out
+        return r.get()
+    if out is not None:
+        return table[vocab["positive"].name](r, out=out)
+    return r
+
+
+# ---- the public functions -------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(expr: str, lib_id: int, callables: frozenset):
+    tree = formula.parse(expr, callables)
+    return tree, formula.variables(tree)
+
+
+def parse(expr: str):
+    """(tree, variable names) of a formula for the loaded library, cached per text."""
+    return _parsed(expr, id(library.get()), _names())
+
+
+def lookup_names(expr: str, names, local_dict, global_dict, frame) -> dict:
+    """The formula's operands by name: from local_dict, then global_dict; where both are None, from
+    `frame` (its locals, then its globals), as numexpr does."""
+    if local_dict is None and global_dict is None:
+        scopes = (frame.f_locals, frame.f_globals)
+    else:
+        scopes = tuple(d for d in (local_dict, global_dict) if d is not None)
+    values = {}
+    for n in names:
+        for sc in scopes:
+            if n in sc:
+                values[n] = sc[n]
+                break
+        else:
+            pool = sorted({k for sc in scopes for k in sc if isinstance(k, str) and not k.startswith("_")})
+            close = difflib.get_close_matches(n, pool, n=4)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise FormulaError(f"formula {expr!r} uses the name {n!r}, which is not defined{hint}")
+    return values
+
+
+def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None, *, out=None, stream=None):
+    """Evaluate a formula over arrays as one GPU kernel, as numexpr.evaluate does on the CPU.
+
+    Names are looked up in local_dict, then global_dict; where both are None, in the caller's
+    frame (its locals, then its globals), as numexpr does. Operands may be numpy arrays (streamed
+    through the GPU once; the result is numpy), GPU arrays (pyew's DeviceArray, torch, CuPy, ...:
+    the result is a DeviceArray) and numbers. `out=` receives the result (its dtype and shape must
+    be the result's); `stream=` runs it on a pyew.Stream.
+
+    The language: numbers, names, + - * / // % ** (constant exponents), comparisons, & | ^ ~,
+    where(c, a, b), numexpr's functions (exp, log, sqrt, sin, arctan2, abs, ...) and every map op
+    of the loaded library by name with its params as keywords: evaluate("elu(x, alpha=0.5)").
+    The first call of a formula compiles its kernel (cached in memory and in PYEW_CACHE_DIR)."""
+    tree, names = parse(expr)
+    values = lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
+    return run(tree, values, expr.strip(), out=out, stream=stream, names=names)
+
+
+class Fused:
+    """A Python function of arrays traced once per signature into one fused kernel (pyew.fuse)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        self.trees: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, out=None, stream=None, **kwargs):
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        key = tuple((k, _kind_of(v)) for k, v in values.items())
+        tree = self.trees.get(key)
+        if tree is None:
+            proxies = {k: formula.Traced(Var(k)) if not isinstance(v, (str, bytes)) else v for k, v in values.items()}
+            r = self.fn(**proxies)
+            if not isinstance(r, formula.Traced):
+                raise TypeError(f"pyew.fuse: {self.fn.__name__} must return a value computed from its arguments, "
+                                f"not {type(r).__name__}")
+            tree = self.trees[key] = r.node
+        used = formula.variables(tree)
+        return run(tree, {k: values[k] for k in used}, f"{self.fn.__name__}: {formula.text(tree)}",
+                   out=out, stream=stream)
+
+
+def _kind_of(v):
+    if isinstance(v, (bool, int, float)):
+        return type(v)
+    d = getattr(v, "dtype", None)
+    return str(d) if d is not None else type(v)
+
+
+def fuse(fn=None):
+    """Decorator: the function's operators, numpy ufuncs and pyew ops on its arguments run as one
+    fused kernel (CuPy's fuse, numexpr's evaluate for functions). Traced once per signature
+    (argument dtypes and kinds); Python numbers among the arguments are kernel parameters, so
+    another value does not recompile. Called like the function, plus out= and stream=."""
+    if fn is None:
+        return fuse
+    return Fused(fn)

@@ -1,0 +1,364 @@
+"""Kernels compiled at run time: fused formulas' CUDA source compiled by NVRTC (through
+cuda-python's cuda.bindings.nvrtc) to a cubin for the GPU's architecture, cached in memory and on
+disk, loaded into the process by libew (ew_jit_load) and launched along libew's own launch plans
+(ew_jit_map: plan_map and plan_strided, the same kernels and shapes as the library's ops).
+
+The disk cache is cuda.core's FileStreamProgramCache (atomic writes; readers see an old entry or
+a new one, never a partial one) under $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels. A key
+covers the kernel's source, the headers it includes (libew's and the ops' device functions), the
+GPU architecture, NVRTC's version and the options. An entry that does not read back as pyew's
+(a corrupt or truncated file) is compiled again; two processes compiling one kernel at once both
+succeed, and one of the two identical entries stays.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import struct
+import threading
+import warnings
+from pathlib import Path
+
+from . import library
+
+MAGIC = b"PYEWJIT1"
+OPTIONS = ("-std=c++17", "-default-device")
+NEED = 11                      # ew_jit_map's description of a missing kernel: see libew/jit.cu
+MISSING = -1
+TEMPLATES = ("ew::map_kernel", "ew::map_shifted_kernel", "ew::bcast_pack_kernel", "ew::strided_elem_kernel")
+
+
+class CompileError(RuntimeError):
+    """NVRTC could not compile a formula's kernel (the message names the formula)."""
+
+
+class Unavailable(RuntimeError):
+    """No NVRTC in this process (the message says why)."""
+
+
+# ---- NVRTC ----------------------------------------------------------------------------------------
+
+_nvrtc = None
+_nvrtc_why: str | None = None
+
+
+def nvrtc():
+    """cuda.bindings' NVRTC module, or Unavailable saying why not. NVRTC comes from the CUDA
+    toolkit when one is found, else from NVIDIA's nvidia-cuda-nvrtc wheel (cuda-pathfinder's
+    search order)."""
+    global _nvrtc, _nvrtc_why
+    if _nvrtc is None and _nvrtc_why is None:
+        try:
+            from cuda.bindings import nvrtc as m
+            err, major, minor = m.nvrtcVersion()
+            if int(err):
+                raise RuntimeError(f"nvrtcVersion failed ({err})")
+            _nvrtc = m
+        except Exception as e:       # ImportError, or the library not found
+            _nvrtc_why = (f"NVRTC is not available ({type(e).__name__}: {e}); install the CUDA toolkit or "
+                          "`pip install nvidia-cuda-nvrtc nvidia-cuda-runtime`")
+    if _nvrtc is None:
+        raise Unavailable(_nvrtc_why)
+    return _nvrtc
+
+
+def nvrtc_version() -> tuple[int, int]:
+    _, major, minor = nvrtc().nvrtcVersion()
+    return int(major), int(minor)
+
+
+def cuda_include() -> str:
+    """The folder holding cuda_fp16.h and cuda_bf16.h: the toolkit's, or the nvidia-cuda-runtime
+    wheel's."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        d = find_nvidia_header_directory("cudart")
+    except Exception:
+        d = None
+    if not d:
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+        d = os.path.join(home, "include")
+    if not os.path.exists(os.path.join(d, "cuda_fp16.h")):
+        raise Unavailable(f"no cuda_fp16.h found (looked in {d}); install the CUDA toolkit or "
+                          "`pip install nvidia-cuda-runtime`")
+    return d
+
+
+def include_dirs() -> list[str]:
+    """libew's headers and the loaded library's op device functions: the checkout's libew/ and
+    build/gen/, or the copies a wheel ships in pyew/_lib/include."""
+    lib = library.get().path.parent
+    bundled = Path(__file__).resolve().parent / "_lib" / "include"
+    checkout = lib.parent / "libew"
+    if (lib / "gen" / "fn").is_dir() and (checkout / "elementwise.cuh").exists():
+        return [str(checkout), str(lib / "gen")]
+    if (bundled / "elementwise.cuh").exists():
+        return [str(bundled)]
+    raise Unavailable(f"no libew headers beside {library.get().path} (looked for {checkout} and {bundled})")
+
+
+
+@functools.lru_cache(maxsize=8)
+def headers_digest(dirs: tuple[str, ...]) -> str:
+    """A digest of every header a kernel may include from these folders (libew's and the op set's
+    device functions): a rebuilt library with changed ops or headers makes new keys."""
+    h = hashlib.sha256()
+    for d in dirs:
+        for p in sorted(Path(d).rglob("*.cuh")):
+            h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def compile_cubin(source: str, name_expression: str, arch: str, include: list[str], formula: str) -> tuple[str, bytes]:
+    """(lowered name, cubin) of `name_expression` in `source`, for arch like "sm_90"."""
+    m = nvrtc()
+    err, prog = m.nvrtcCreateProgram(source.encode(), b"pyew_formula.cu", 0, [], [])
+    _ok(err, "nvrtcCreateProgram", formula)
+    try:
+        _ok(m.nvrtcAddNameExpression(prog, name_expression.encode())[0], "nvrtcAddNameExpression", formula)
+        opts = [f"-arch={arch}".encode(), *(o.encode() for o in OPTIONS), *(f"-I{d}".encode() for d in include)]
+        (err,) = m.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(err):
+            _, size = m.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            m.nvrtcGetProgramLog(prog, log)
+            errors = [ln for ln in log.decode(errors="replace").splitlines() if "error" in ln]
+            first = errors[0].split("error:", 1)[-1].strip() if errors else "see PYEW_JIT_LOG"
+            if os.environ.get("PYEW_JIT_LOG"):
+                text = log.decode(errors="replace")
+                Path(os.environ["PYEW_JIT_LOG"]).write_text(f"{source}\n/* NVRTC log:\n{text}*/\n")
+            raise CompileError(f"NVRTC could not compile the kernel of formula {formula!r}: {first} "
+                               f"({len(errors)} error(s); set PYEW_JIT_LOG=<file> to keep the source and log)")
+        err, size = m.nvrtcGetCUBINSize(prog)
+        _ok(err, "nvrtcGetCUBINSize", formula)
+        cubin = b" " * size
+        _ok(m.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN", formula)
+        err, lowered = m.nvrtcGetLoweredName(prog, name_expression.encode())
+        _ok(err, "nvrtcGetLoweredName", formula)
+        return lowered.decode() if isinstance(lowered, bytes) else str(lowered), cubin
+    finally:
+        m.nvrtcDestroyProgram(prog)
+
+
+def _ok(err, what: str, formula: str) -> None:
+    if int(err):
+        raise CompileError(f"NVRTC failed ({what}: {err}) compiling formula {formula!r}")
+
+
+# ---- the cache ------------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    env = os.environ.get("PYEW_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pyew" / "kernels"
+
+
+class _Disk:
+    """The disk half of the cache: cuda.core's FileStreamProgramCache when its folder is usable,
+    else nothing (with one warning saying why)."""
+
+    def __init__(self):
+        self.store = None
+        self.warned = False
+        self.path: Path | None = None
+
+    def get(self):
+        path = cache_dir()
+        if self.path != path:
+            self.path, self.store = path, None
+            try:
+                from cuda.core.utils import FileStreamProgramCache
+                path.mkdir(parents=True, exist_ok=True)
+                if not os.access(path, os.W_OK):
+                    raise PermissionError(f"{path} is not writable")
+                self.store = FileStreamProgramCache(path)
+            except Exception as e:
+                self.disable(e)
+        return self.store
+
+    def disable(self, e: Exception) -> None:
+        self.store = None
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"pyew: kernels of formulas are not cached on disk ({type(e).__name__}: {e}); each process "
+                          "compiles them again. Set PYEW_CACHE_DIR to a writable folder.", RuntimeWarning, stacklevel=4)
+
+
+_disk = _Disk()
+_memory: dict[str, tuple[str, bytes]] = {}
+_loaded: dict[str, int] = {}
+_lock = threading.Lock()
+STATS = {"compiled": 0, "disk": 0, "memory": 0}
+
+
+def _pack(name: str, cubin: bytes) -> bytes:
+    n = name.encode()
+    return MAGIC + struct.pack("<II", len(n), len(cubin)) + n + cubin
+
+
+def _unpack(blob: bytes) -> tuple[str, bytes] | None:
+    """An entry read back, or None where it is not whole (then it is compiled again)."""
+    try:
+        if blob[:8] != MAGIC:
+            return None
+        ln, lc = struct.unpack_from("<II", blob, 8)
+        name = blob[16:16 + ln].decode()
+        cubin = blob[16 + ln:]
+        if len(cubin) != lc or cubin[:4] != b"\x7fELF":
+            return None
+        return name, bytes(cubin)
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def key_of(source: str, name_expression: str, arch: str, include: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (source, name_expression, arch, repr(nvrtc_version()), repr(OPTIONS),
+                 headers_digest(tuple(include))):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def cubin(source: str, name_expression: str, arch: str, formula: str) -> tuple[str, str, bytes]:
+    """(key, lowered name, cubin) of `name_expression` in `source`: from this process's memory,
+    else the disk cache, else compiled now and stored in both."""
+    include = [cuda_include(), *include_dirs()]
+    key = key_of(source, name_expression, arch, include)
+    with _lock:
+        entry = _memory.get(key)
+        if entry is not None:
+            STATS["memory"] += 1
+            return (key, *entry)
+        store = _disk.get()
+        if store is not None:
+            try:
+                blob = store[key]
+            except KeyError:
+                blob = None
+            except Exception as e:     # an unreadable entry: compiled again below
+                blob = None
+                if isinstance(e, PermissionError):
+                    _disk.disable(e)
+            entry = _unpack(blob) if blob else None
+            if entry is not None:
+                STATS["disk"] += 1
+        if entry is None:
+            entry = compile_cubin(source, name_expression, arch, include, formula)
+            STATS["compiled"] += 1
+            store = _disk.get()
+            if store is not None:
+                try:
+                    store[key] = _pack(*entry)
+                except Exception as e:
+                    _disk.disable(e)
+        _memory[key] = entry
+        return (key, *entry)
+
+
+def kernel(source: str, name_expression: str, arch: str, formula: str) -> int:
+    """The loaded kernel (a cudaKernel_t) of `name_expression` in `source`, loaded once a process."""
+    key, name, image = cubin(source, name_expression, arch, formula)
+    with _lock:
+        handle = _loaded.get(key)
+        if handle is None:
+            handle = _loaded[key] = library.get().jit_load(image, name)
+        return handle
+
+
+def clear_memory() -> None:
+    """Forget compiled kernels held in memory (the loaded ones stay loaded)."""
+    with _lock:
+        _memory.clear()
+
+
+def cache_info() -> dict:
+    path = cache_dir()
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
+    return {"path": str(path), "entries": len(files), "bytes": sum(p.stat().st_size for p in files),
+            "in_memory": len(_memory), **STATS}
+
+
+def cache_clear() -> int:
+    """Delete the disk cache's entries; returns how many files went."""
+    path = cache_dir()
+    n = 0
+    if path.is_dir():
+        for p in sorted(path.rglob("*"), reverse=True):
+            if p.is_file():
+                p.unlink(missing_ok=True)
+                n += 1
+    clear_memory()
+    return n
+
+
+# ---- launching ------------------------------------------------------------------------------------
+
+_why: list = []
+
+
+def unavailable() -> str | None:
+    """Why formulas cannot be compiled in this process (no NVRTC, no CUDA headers), or None."""
+    if not _why:
+        try:
+            nvrtc()
+            cuda_include()
+            _why.append(None)
+        except Unavailable as e:
+            _why.append(str(e))
+    return _why[0]
+
+
+class Slots:
+    """One formula's loaded kernels on one GPU, as libew's ew_jit_map indexes them."""
+
+    def __init__(self, count: int, arch: str, overlap: bool):
+        self.table = (ctypes.c_void_p * count)()
+        self.need = (ctypes.c_int64 * 16)()
+        self.arch = arch
+        self.overlap = int(overlap)
+
+
+def slots_for(ordinal: int, count: int) -> Slots:
+    """Empty slots for a GPU: kernels compiled for its architecture (sm_XY), overlapping the
+    previous kernel (programmatic dependent launch) from compute capability 9.0 on."""
+    from . import runtime as rt
+    major, minor = rt.props(ordinal).capability
+    return Slots(count, f"sm_{major}{minor}", major >= 9)
+
+
+def name_expression(desc, out_t: str, in_t: list[str]) -> str:
+    """The template instantiation ew_jit_map asked for: desc = [slot, template, block, unroll,
+    waves, tile, hint, pack, shuffle, fixed shift, 64-bit index]."""
+    _, template, block, unroll, waves, tile, hint, pack, shuffle, shift, i64 = (int(v) for v in desc[:NEED])
+    tn = f"ew::Tuning<{block}, {unroll}, {waves}, {'true' if tile else 'false'}, {hint}>"
+    idx = "long long" if i64 else "int"
+    types = ", ".join(["ew_jit::fn", out_t, *in_t])
+    if template == 0:
+        args = f"{tn}, {pack}, {idx}"
+    elif template == 1:
+        args = f"{tn}, {pack}, {'true' if shuffle else 'false'}, {shift}, {idx}"
+    elif template == 2:
+        args = f"{tn}, {pack}, {idx}"
+    else:
+        args = f"{tn}, {idx}"
+    return f"{TEMPLATES[template]}<{args}, {types}>"
+
+
+def cli(argv) -> int:
+    """python -m pyew cache [--clear]"""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m pyew cache", description="The disk cache of fused formulas' "
+                                 "kernels: $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels.")
+    ap.add_argument("--clear", action="store_true", help="delete every cached kernel")
+    a = ap.parse_args(argv)
+    if a.clear:
+        print(f"removed {cache_clear()} file(s) from {cache_dir()}")
+        return 0
+    info = cache_info()
+    print(f"kernel cache: {info['path']}")
+    print(f"  entries: {info['entries']}, {info['bytes'] / 2**20:.2f} MiB")
+    return 0

@@ -1,0 +1,196 @@
+"""Fused formulas without a GPU: typing (numpy's promotion over the formula), the rendered source,
+the errors raised before anything compiles, NVRTC compiles of the kernels (NVRTC needs no GPU)
+and the kernel cache (memory and disk, corrupt entries, unusable folders, concurrent writers)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pyew
+from pyew import dtypes as dt
+from pyew import formula, fused, jit
+
+from .helpers import ROOT
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    try:
+        return fused.vocabulary()
+    except pyew.LibraryError as e:
+        pytest.skip(f"libew.so not usable: {e}")
+
+
+def typed(expr, **kinds):
+    tree, names = fused.parse(expr)
+    args = tuple(fused.Arg(n, False, None, kinds[n]) if isinstance(kinds[n], type)
+                 else fused.Arg(n, True, dt.BY_NAME[kinds[n]]) for n in names)
+    return fused.Program(tree, args, expr)
+
+
+def needs(vocab, *ops):
+    missing = [o for o in ops if o not in vocab]
+    if missing:
+        pytest.fail(f"the default library lacks {missing}")
+
+
+def test_types_follow_numpy_over_the_formula(vocab):
+    needs(vocab, "multiply", "add", "exp", "greater", "where", "divide")
+    cases = [("x * 0.5", dict(x="float16"), "float16"), ("x * 0.5 + y", dict(x="float16", y="float32"), "float32"),
+             ("i * 3 + 1", dict(i="int32"), "int32"), ("exp(i / 4)", dict(i="int32"), "float64"),
+             ("x > y", dict(x="float32", y="float16"), "bool"), ("where(x > 0, x, a)", dict(x="float16", a=float),
+                                                                  "float16"),
+             ("x * a", dict(x="float32", a=int), "float32"), ("i + j", dict(i="int32", j="int64"), "int64")]
+    for expr, kinds, want in cases:
+        assert typed(expr, **kinds).out.name == want, expr
+        with np.errstate(all="ignore"):
+            sample = {k: (np.ones(2, dt.BY_NAME[v].np) if isinstance(v, str) else v(1)) for k, v in kinds.items()}
+        if "where" not in expr and "exp" not in expr and all(dt.BY_NAME[v].name != "bfloat16" for v in kinds.values()
+                                                             if isinstance(v, str)):
+            ref = eval(expr, {"exp": np.exp}, sample)
+            assert np.asarray(ref).dtype.name == want, f"numpy gives {np.asarray(ref).dtype} for {expr}"
+
+
+def test_source_uses_the_ops_device_functions_and_rounds_once(vocab):
+    needs(vocab, "gelu", "multiply", "add")
+    p = typed("gelu(x * w + b)", x="float16", w="float16", b="float16")
+    assert '#include "fn/gelu.cuh"' in p.source and "::ewf::gelu_fn<__half>" in p.source
+    # inner ops keep float; only the stored result is float16
+    assert "::ewf::mul_fn<float>" in p.source or "_fn<float>" in p.source
+    assert p.source.count("convert<__half>") == 1
+    assert p.tuning == 1            # gelu is compute-bound: the compute launch shape
+
+
+def test_errors_before_compiling(vocab):
+    needs(vocab, "elu", "add")
+    with pytest.raises(pyew.FormulaError, match="takes 1 input"):
+        typed("elu(x, x)", x="float32")
+    with pytest.raises(pyew.FormulaError, match="no param beta"):
+        typed("elu(x, beta=1.0)", x="float32")
+    with pytest.raises(pyew.FormulaError, match="out of bounds"):
+        typed("i + 4294967296", i="int32")
+    with pytest.raises(pyew.FormulaError, match="no array operand"):
+        typed("a + 1", a=float)
+    p = typed("i + a", i="int32", a=int)
+    with pytest.raises(OverflowError):
+        p.check_scalars([2 ** 40])
+    p.check_scalars([7])
+
+
+@pytest.fixture
+def nvrtc_ok(vocab):
+    why = jit.unavailable()
+    if why:
+        pytest.skip(why)
+
+
+NEEDS = [[0, 0, 256, 1, 0, 1, 0, 4, 0, 0, 0], [1, 1, 128, 1, 0, 1, 0, 4, 0, 3, 1],
+         [30, 2, 256, 1, 0, 1, 0, 4, 0, 0, 0], [33, 3, 256, 1, 0, 1, 0, 4, 0, 0, 1]]
+
+
+@pytest.mark.parametrize("expr, kinds", [
+    ("gelu(x * w + b)", dict(x="float32", w="float32", b="float32")),
+    ("where(x > 0, x, a * expm1(x))", dict(x="bfloat16", a=float)),
+    ("sigmoid(x) * 2 + y", dict(x="float16", y="float32")),
+    ("(i * 3) // 2 + j", dict(i="int32", j="int64")),
+    ("isnan(x) | (x > 1)", dict(x="float64")),
+])
+def test_kernels_compile_with_nvrtc(expr, kinds, nvrtc_ok):
+    p = typed(expr, **kinds)
+    sizes = [a.info.itemsize for a in p.arrays] + [p.out.itemsize]
+    pack = 16 // max(sizes)
+    for need in NEEDS:
+        need = list(need)
+        need[7] = pack
+        if need[1] == 1 and (need[9] >= pack or len(p.arrays) > 1):
+            need[9] = 0          # a shift fixed at compile time is for one input only
+        name, cubin = jit.compile_cubin(p.source, jit.name_expression(need, p.out.ctype, p.in_types), "sm_90",
+                                        [jit.cuda_include(), *jit.include_dirs()], expr)
+        assert cubin[:4] == b"\x7fELF" and name.startswith("_Z")
+
+
+def test_compile_error_names_the_formula_not_the_source(nvrtc_ok):
+    with pytest.raises(jit.CompileError) as e:
+        jit.compile_cubin("struct { broken", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "x + y")
+    msg = str(e.value)
+    assert "'x + y'" in msg and "PYEW_JIT_LOG" in msg and len(msg) < 600
+
+
+# ---- the cache ------------------------------------------------------------------------------------
+
+SCRIPT = textwrap.dedent("""
+    import json, warnings
+    from pyew import dtypes as dt, fused, jit
+    tree, names = fused.parse("tanh(x) * 3 + {k}")
+    p = fused.Program(tree, (fused.Arg("x", True, dt.BY_NAME["float32"]),), "t")
+    need = [0, 0, 256, 1, 0, 1, 0, 4, 0, 0, 0]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            key, name, cubin = jit.cubin(p.source, jit.name_expression(need, "float", ["float"]), "sm_90", "t")
+    print(json.dumps(dict(jit.STATS, elf=cubin[:4] == b"\\x7fELF", warnings=[str(x.message) for x in w])))
+""")
+
+
+def run_script(cache, k=0.25):
+    env = dict(os.environ, PYEW_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", SCRIPT.format(k=k)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_disk_cache_serves_a_new_process(tmp_path, nvrtc_ok):
+    first = run_script(tmp_path)
+    assert first["compiled"] == 1 and first["memory"] == 1 and first["elf"]
+    second = run_script(tmp_path)
+    assert second["compiled"] == 0 and second["disk"] == 1 and second["elf"]
+
+
+def test_corrupt_entries_are_compiled_again(tmp_path, nvrtc_ok):
+    run_script(tmp_path)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files
+    for p in files:
+        p.write_bytes(p.read_bytes()[:40])          # truncated
+    again = run_script(tmp_path)
+    assert again["compiled"] == 1 and again["elf"]
+    assert run_script(tmp_path)["compiled"] == 0    # and written back whole
+
+
+def test_two_processes_compiling_at_once_both_succeed(tmp_path, nvrtc_ok):
+    env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT.format(k=0.5)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert run_script(tmp_path, k=0.5)["compiled"] == 0
+
+
+def test_unusable_cache_folder_warns_once(tmp_path, nvrtc_ok):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    r = run_script(blocker / "cache")
+    assert r["compiled"] == 1 and r["elf"]
+    assert len([w for w in r["warnings"] if "not cached on disk" in w]) == 1
+
+
+def test_cache_command_shows_and_clears(tmp_path, nvrtc_ok):
+    run_script(tmp_path)
+    env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    show = subprocess.run([sys.executable, "-m", "pyew", "cache"], env=env, capture_output=True, text=True)
+    assert show.returncode == 0 and str(tmp_path) in show.stdout and "entries: 0" not in show.stdout
+    clear = subprocess.run([sys.executable, "-m", "pyew", "cache", "--clear"], env=env, capture_output=True, text=True)
+    assert clear.returncode == 0 and "removed" in clear.stdout
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_formula_parse_is_cached_per_text(vocab):
+    a = fused.parse("x + 1")
+    assert fused.parse("x + 1") is a
+    assert formula.variables(a[0]) == ["x"]

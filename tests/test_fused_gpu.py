@@ -1,0 +1,394 @@
+"""Fused formulas on the GPU: pyew.evaluate and pyew.fuse against float64 numpy, node by node
+through each op's own reference (the spec's `ref`): a corpus of numexpr-style formulas, a fuzzer of
+random trees over dtypes and broadcast patterns, the host and device paths, views, tails, n = 0,
+special values, out=, other libraries' arrays, the cache and the errors."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pyew
+from pyew import dtypes as dt
+from pyew import formula, fused, jit
+from pyew.formula import Call, Const, Var
+
+from . import reference
+from .helpers import ROOT, poison
+
+pytestmark = pytest.mark.gpu
+
+RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5, "float64": 1e-12}
+
+
+# ---- the reference: the tree in float64, each op by its spec's ref -----------------------------------
+
+def ref_eval(node, values: dict, seen=None):
+    """(float64/int64/bool numpy value, dtype row or None for a weak number) of a tree; `seen`
+    collects the dtype of every op's kernel."""
+    if isinstance(node, Const):
+        return node.value, None
+    if isinstance(node, Var):
+        v = values[node.name]
+        if isinstance(v, (bool, int, float)):
+            return v, None
+        a = np.asarray(v.get() if isinstance(v, pyew.DeviceArray) else v)
+        return a, dt.lookup(a.dtype)
+    op = fused.vocabulary()[node.op]
+    kids = [ref_eval(a, values, seen) for a in node.args]
+    fixed = fused.fixed_inputs(op)
+    from pyew.operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+    ops = [Operand(n, SCALAR, v, None, ()) if info is None else Operand(n, DEVICE, None, info, ())
+           for n, (v, info) in zip(op.inputs, kids) if n not in fixed]
+    kd = kernel_dtype(result_dtype(ops, op.name), op.dtypes, op.name) if ops else dt.BY_NAME["float64"]
+    out = op.kernel(kd).out_dtype
+    if seen is not None:
+        seen.add(kd.name)
+    params = {p.name: p.default for p in op.params}
+    params.update(dict(node.params))
+    arrays = []
+    for n, (v, info) in zip(op.inputs, kids):
+        want = fixed.get(n, kd)
+        if info is None:       # a weak number takes the op's dtype, as numpy's NEP 50 does
+            v = np.asarray(v).astype(want.np).astype(np.float64 if want.kind == "float" else v.__class__)
+        arrays.append(np.asarray(v))
+    r = reference.evaluate(op.ref, op.inputs, arrays, params, kd)
+    if out is not kd:          # casts and comparisons round where they stand
+        with np.errstate(all="ignore"):
+            r = np.asarray(r).astype(out.np)
+    return np.asarray(r), out
+
+
+def check(got, values: dict, tree, what=""):
+    seen: set = set()
+    want, info = ref_eval(tree, values, seen)
+    got = np.asarray(got.get() if isinstance(got, pyew.DeviceArray) else got)
+    assert got.dtype == info.np, f"{what}: dtype {got.dtype}, numpy's rules give {info.name}"
+    want = np.broadcast_to(want, got.shape)
+    if info.kind != "float":
+        assert np.array_equal(got, want.astype(got.dtype)), f"{what}: {np.sum(got != want)} differ"
+        return
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    nan_g, nan_w = np.isnan(g), np.isnan(w)
+    assert np.array_equal(nan_g, nan_w), f"{what}: NaN at {np.flatnonzero(nan_g != nan_w)[:5]}"
+    # values between ops keep each op's own precision: the coarsest op of the tree bounds the error
+    rtol = max([RTOL[info.name]] + [RTOL[d] for d in seen if d in RTOL])
+    with np.errstate(all="ignore"):
+        w16 = w.astype(info.np).astype(np.float64)     # the correctly rounded result is always accepted
+    ok = np.isclose(g, w, rtol=rtol, atol=rtol * 4, equal_nan=True) | (g == w16)
+    bad = np.flatnonzero(~ok)
+    assert bad.size == 0, f"{what}: {bad.size} off, first at {bad[0]}: got {g.flat[bad[0]]}, want {w.flat[bad[0]]}"
+
+
+def inputs(rng, n, dtype="float32", names="xyz", lo=-4.0, hi=4.0):
+    return {k: rng.uniform(lo, hi, n).astype(dt.BY_NAME[dtype].np) for k in names}
+
+
+def parsed(expr):
+    return formula.parse(expr, frozenset(fused.vocabulary()))
+
+
+# ---- a corpus of numexpr-style formulas ---------------------------------------------------------------
+
+CORPUS = [
+    "x + y", "x - y * z", "x * y + z", "(x + y) / (abs(z) + 1)", "x ** 2 + y ** 2", "sqrt(x ** 2 + y ** 2)",
+    "exp(-x ** 2)", "log(1 + abs(x))", "log1p(abs(x))", "expm1(x / 4)", "sin(x) * cos(y)", "tan(x / 4)",
+    "tanh(x) + y", "arctan2(y, x)", "arcsin(x / 5)", "arccos(y / 5)", "arctan(x) * 2", "sinh(x / 2) - cosh(y / 2)",
+    "where(x > 0, x, 0.5 * expm1(x))", "where(x > y, x, y)", "where((x > 0) & (y < 0), x - y, x + y)",
+    "where((x > 1) | (y > 1), z, -z)", "maximum(x, y) - minimum(x, z)", "fmax(x, y) + fmin(y, z)",
+    "clip(x, -1, 1)", "gelu(x * y + z)", "gelu_tanh(x) * sigmoid(y)", "silu(x) + relu(y)", "elu(x, alpha=0.5) * 2",
+    "hardswish(x) + hardshrink(y, lambd=1.0)", "x * a + y", "a * x ** 3 + y", "exp(x) / (1 + exp(x))",
+    "1 / (1 + exp(-x))", "x / (1 + abs(x))", "x * tanh(log1p(exp(x)))", "floor(x) + ceil(y)", "trunc(x * 3) / 3",
+    "rint(x * 10) / 10", "sign(x) * sqrt(abs(x))", "copysign(y, x)", "hypot(x, y)", "logaddexp(x, y)",
+    "exp2(x / 2) + log2(abs(y) + 1)", "log10(abs(x) + 1)", "cbrt(x)", "reciprocal(abs(x) + 1)", "square(x) - y",
+    "erf(x) + erfc(y)", "arcsinh(x) + arctanh(y / 5)", "arccosh(abs(x) + 1)", "fmod(x, 1.5)", "x % 1.5", "x // 1.5",
+    "(x > y) == (y > z)", "isfinite(log(x))", "logical_not(x > 0) | (y > 0)", "x != y", "negative(x) + positive(y)",
+    "-x + +y", "x * 2 - y / 4 + z * 0.25", "where(x < -2, -1, where(x > 2, 1, 0))", "power(abs(x) + 0.5, 1.5)",
+    "abs(x) ** 2.5", "isnan(x / (y - y))", "(x >= y) & (y <= z) & (x != z)", "sigmoid(x) * (1 - sigmoid(x))",
+]
+
+
+def test_corpus_is_large_and_its_ops_exist():
+    missing = sorted({c.op for e in CORPUS for c in formula.calls(parsed(e))} - set(fused.vocabulary()))
+    assert not missing, f"the library lacks {missing}"
+    assert len(CORPUS) >= 60
+
+
+@pytest.mark.parametrize("expr", CORPUS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_corpus_on_device_arrays(expr, dtype, rng):
+    n = 4099                                   # tails past every pack width
+    host = inputs(rng, n, dtype)
+    values = {k: pyew.asarray(v) for k, v in host.items()}
+    values["a"] = 0.75
+    tree = parsed(expr)
+    used = {k: values[k] for k in formula.variables(tree)}
+    got = pyew.evaluate(expr, local_dict=used)
+    check(got, {k: (host[k] if k in host else v) for k, v in used.items()}, tree, f"{expr} [{dtype}]")
+
+
+@pytest.mark.parametrize("expr", CORPUS[::3])
+def test_corpus_numpy_in_numpy_out(expr, rng):
+    x, y, z = (rng.uniform(-4, 4, 3001).astype(np.float32) for _ in range(3))
+    a = 0.75
+    got = pyew.evaluate(expr)                  # names from this frame, as numexpr takes them
+    assert isinstance(got, np.ndarray)
+    check(got, {"x": x, "y": y, "z": z, "a": a}, parsed(expr), expr)
+
+
+# ---- a fuzzer: random trees over ops, dtypes and broadcast patterns ------------------------------------
+
+SAFE_UNARY = ["negative", "absolute", "tanh", "sin", "cos", "sigmoid", "gelu", "silu", "square", "arctan"]
+SAFE_BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "fmax", "hypot", "logaddexp"]
+SHAPES = [(64, 33), (33,), (64, 1), (1, 33), ()]
+
+
+def random_tree(r, names, depth):
+    if depth == 0 or r.random() < 0.2:
+        if r.random() < 0.15:
+            return Const(round(float(r.uniform(-2, 2)), 3))
+        return Var(str(r.choice(names)))
+    k = r.integers(0, 10)
+    vocab = fused.vocabulary()
+    if k < 4:
+        return Call(str(r.choice([u for u in SAFE_UNARY if u in vocab])), (random_tree(r, names, depth - 1),))
+    if k < 9:
+        return Call(str(r.choice([b for b in SAFE_BINARY if b in vocab])),
+                    (random_tree(r, names, depth - 1), random_tree(r, names, depth - 1)))
+    cond = Call("greater", (random_tree(r, names, depth - 1), random_tree(r, names, depth - 1)))
+    return Call("where", (cond, random_tree(r, names, depth - 1), random_tree(r, names, depth - 1)))
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_fuzzed_trees(seed):
+    r = np.random.default_rng(1000 + seed)
+    names = ["p", "q", "s"]
+    tree = random_tree(r, names, int(r.integers(1, 5)))
+    used = formula.variables(tree)
+    if not used:
+        tree, used = Call("add", (tree, Var("p"))), ["p"]
+    host = {}
+    for k in used:
+        dtype = str(r.choice(["float32", "float16", "bfloat16", "float64"]))
+        shape = SHAPES[int(r.integers(0, len(SHAPES)))] if k != used[0] else (64, 33)
+        host[k] = r.uniform(-3, 3, shape).astype(dt.BY_NAME[dtype].np)
+    on_gpu = bool(r.integers(0, 2))
+    values = {k: (pyew.asarray(v) if on_gpu and v.ndim else v) for k, v in host.items()}
+    got = fused.run(tree, values, formula.text(tree))
+    check(got, host, tree, f"seed {seed}: {formula.text(tree)} {[(k, v.dtype.name, v.shape) for k, v in host.items()]}")
+
+
+# ---- layouts, sizes and special values -------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 31, 1000003])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_sizes_and_poisoned_out(n, dtype, rng):
+    host = inputs(rng, n, dtype, "xy")
+    x, y = (pyew.asarray(v) for v in host.values())
+    out = poison(pyew.empty((n,), dtype))
+    r = pyew.evaluate("gelu(x * y + 1)", local_dict={"x": x, "y": y}, out=out)
+    assert r is out
+    check(out, host, parsed("gelu(x * y + 1)"))
+
+
+@pytest.mark.parametrize("offsets", [(1, 0), (0, 3), (2, 5), (1, 1), (3, 7)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_misaligned_views(offsets, dtype, rng):
+    n = 10007
+    hx, hy = (rng.uniform(-4, 4, n + 8).astype(dt.BY_NAME[dtype].np) for _ in range(2))
+    dx, dy = pyew.asarray(hx), pyew.asarray(hy)
+    a, b = offsets
+    m = n - 8
+    x, y = dx[a:a + m], dy[b:b + m]
+    for expr in ("sigmoid(x) * y", "x + y * 2", "tanh(x)"):
+        got = pyew.evaluate(expr, local_dict={"x": x, "y": y})
+        check(got, {"x": hx[a:a + m], "y": hy[b:b + m]}, parsed(expr), f"{expr} at {offsets}")
+
+
+def test_broadcast_bias_and_row_scale(rng):
+    x = rng.uniform(-3, 3, (257, 129)).astype(np.float32)
+    w = rng.uniform(-1, 1, (129,)).astype(np.float32)
+    b = rng.uniform(-1, 1, (257, 1)).astype(np.float32)
+    for on_gpu in (False, True):
+        v = {"x": x, "w": w, "b": b}
+        if on_gpu:
+            v = {k: pyew.asarray(a) for k, a in v.items()}
+        got = pyew.evaluate("gelu(x * w + b)", local_dict=v)
+        check(got, {"x": x, "w": w, "b": b}, parsed("gelu(x * w + b)"))
+
+
+def test_special_values_propagate(rng):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e38, -1e38, 1e-45, 3.0], np.float32)
+    for expr in ("exp(x) - 1", "where(x > 0, x, 0.5 * expm1(x))", "maximum(x, 0) + sqrt(abs(x))", "sigmoid(x) * x",
+                 "log1p(abs(x))", "tanh(x) * 2"):
+        check(pyew.evaluate(expr, local_dict={"x": pyew.asarray(x)}), {"x": x}, parsed(expr), expr)
+
+
+def test_mixed_dtypes_promote_over_the_formula(rng):
+    x = rng.uniform(-2, 2, 1001).astype(np.float16)
+    y = rng.uniform(-2, 2, 1001).astype(np.float32)
+    i = rng.integers(-5, 5, 1001).astype(np.int32)
+    r = pyew.evaluate("x * 0.5 + y", local_dict={"x": pyew.asarray(x), "y": pyew.asarray(y)})
+    assert r.dtype == np.float32
+    check(r, {"x": x, "y": y}, parsed("x * 0.5 + y"))
+    r = pyew.evaluate("x * 0.5", local_dict={"x": pyew.asarray(x)})      # a weak number keeps float16
+    assert r.dtype == np.float16
+    r = pyew.evaluate("i * 3 + 1", local_dict={"i": pyew.asarray(i)})
+    assert r.dtype == np.int32
+    check(r, {"i": i}, parsed("i * 3 + 1"))
+    r = pyew.evaluate("exp(i / 4)", local_dict={"i": pyew.asarray(i)})
+    assert r.dtype == np.float64
+    check(r, {"i": i}, parsed("exp(i / 4)"))
+
+
+def test_scalars_are_parameters_not_recompiles(rng):
+    x = pyew.asarray(rng.uniform(-2, 2, 999).astype(np.float32))
+    before = dict(jit.STATS)
+    for a in (0.5, 1.5, -3.0, 7):
+        r = pyew.evaluate("where(x > 0, x, a * expm1(x))", local_dict={"x": x, "a": a})
+        check(r, {"x": x.get(), "a": a}, parsed("where(x > 0, x, a * expm1(x))"), f"a={a}")
+    # the int a is another signature (an int parameter): at most one more kernel than the floats
+    assert jit.STATS["compiled"] - before["compiled"] <= 2
+
+
+def test_other_libraries_arrays(torch_cuda, rng):
+    torch = torch_cuda
+    t = torch.randn(4096, device="cuda", dtype=torch.float32)
+    u = torch.randn(4096, device="cuda", dtype=torch.float16)
+    r = pyew.evaluate("gelu(t * u + 1)", local_dict={"t": t, "u": u})
+    check(r, {"t": t.cpu().numpy(), "u": u.cpu().numpy()}, parsed("gelu(t * u + 1)"))
+    out = torch.empty(4096, device="cuda", dtype=torch.float32)
+    pyew.evaluate("t * 2", local_dict={"t": t}, out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, t * 2)
+
+
+def test_cupy_arrays(cupy, rng):
+    x = cupy.asarray(rng.uniform(-2, 2, 5000).astype(np.float32))
+    r = pyew.evaluate("sigmoid(x) + x ** 2", local_dict={"x": x})
+    check(r, {"x": cupy.asnumpy(x)}, parsed("sigmoid(x) + x ** 2"))
+
+
+# ---- pyew.fuse ------------------------------------------------------------------------------------
+
+def test_fuse_traces_once_per_signature(rng):
+    calls = []
+
+    @pyew.fuse
+    def bias_act(x, w, b, scale=1.0):
+        calls.append(1)
+        return pyew.gelu(x * w + b) * scale + np.tanh(x)
+
+    x = rng.uniform(-2, 2, (33, 65)).astype(np.float32)
+    w = rng.uniform(-1, 1, 65).astype(np.float32)
+    b = rng.uniform(-1, 1, (33, 1)).astype(np.float32)
+    tree = parsed("gelu(x * w + b) * scale + tanh(x)")
+    check(bias_act(x, w, b), {"x": x, "w": w, "b": b, "scale": 1.0}, tree, "numpy")
+    check(bias_act(pyew.asarray(x), w, b, scale=2.0), {"x": x, "w": w, "b": b, "scale": 2.0}, tree, "mixed")
+    check(bias_act(pyew.asarray(x), pyew.asarray(w), pyew.asarray(b), 3.0),
+          {"x": x, "w": w, "b": b, "scale": 3.0}, tree, "device")
+    assert len(calls) == 1, "one trace for one signature (dtypes and kinds), whatever the values"
+    bias_act(x.astype(np.float16), w, b)
+    assert len(calls) == 2
+
+
+def test_fuse_refuses_python_control_flow(rng):
+    @pyew.fuse
+    def f(x):
+        return x if x > 0 else -x
+    with pytest.raises(TypeError, match="truth value"):
+        f(np.ones(4, np.float32))
+
+
+# ---- out= and errors: nothing written ----------------------------------------------------------------
+
+def test_errors_write_nothing(rng):
+    x = pyew.asarray(rng.uniform(-2, 2, 100).astype(np.float32))
+    out = poison(pyew.empty((100,), "float32"))
+    before = out.get()
+    with pytest.raises(ValueError, match="float64"):
+        pyew.evaluate("x * 2", local_dict={"x": x}, out=pyew.empty((100,), "float64"))
+    with pytest.raises(ValueError, match="shape|broadcast"):
+        pyew.evaluate("x + y", local_dict={"x": x, "y": pyew.asarray(np.ones(7, np.float32))}, out=out)
+    with pytest.raises(pyew.FormulaError, match="did you mean x"):
+        pyew.evaluate("xx * 2", local_dict={"x": x}, out=out)
+    with pytest.raises(pyew.FormulaError, match="column"):
+        pyew.evaluate("x * (", local_dict={"x": x}, out=out)
+    with pytest.raises(pyew.FormulaError, match="attribute"):
+        pyew.evaluate("x.ptr", local_dict={"x": x}, out=out)
+    with pytest.raises(pyew.FormulaError, match="no array"):
+        pyew.evaluate("a * 2", local_dict={"a": 1.0})
+    with pytest.raises(OverflowError):
+        pyew.evaluate("i + 2 ** 40", local_dict={"i": pyew.asarray(np.ones(4, np.int32))})
+    np.testing.assert_array_equal(out.get(), before)
+
+
+def test_compile_errors_name_the_formula(monkeypatch):
+    with pytest.raises(jit.CompileError, match="'broken'") as e:
+        jit.compile_cubin("this is not C++", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "broken")
+    assert len(str(e.value)) < 600
+
+
+# ---- the cache ------------------------------------------------------------------------------------
+
+SCRIPT = textwrap.dedent("""
+    import time, numpy as np, pyew
+    from pyew import jit
+    x = pyew.asarray(np.arange(1000, dtype=np.float32))
+    pyew.synchronize()
+    t = time.perf_counter()
+    r = pyew.evaluate("tanh(x / 500) * 3 + {k}", local_dict={{"x": x}})
+    pyew.synchronize()
+    dt = time.perf_counter() - t
+    ok = np.allclose(r.get(), np.tanh(np.arange(1000) / 500) * 3 + {k}, rtol=1e-5, atol=1e-5)
+    print(jit.STATS["compiled"], jit.STATS["disk"], int(ok), f"{{dt * 1e3:.2f}}")
+""")
+
+
+def run_script(cache, k=0.25):
+    env = dict(os.environ, PYEW_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", SCRIPT.format(k=k)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    compiled, disk, ok, ms = r.stdout.split()
+    return int(compiled), int(disk), ok == "1", float(ms), r.stderr
+
+
+def test_disk_cache_across_processes(tmp_path):
+    c1 = run_script(tmp_path)
+    assert c1[0] == 1 and c1[2]
+    c2 = run_script(tmp_path)
+    assert c2[0] == 0 and c2[1] >= 1 and c2[2], "a new process reads the kernel from the disk cache"
+    print(f"first call: compiling {c1[3]:.1f} ms, from the disk cache {c2[3]:.2f} ms")
+
+
+def test_corrupt_entry_is_compiled_again(tmp_path):
+    run_script(tmp_path)
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            p.write_bytes(b"garbage")
+    compiled, _, ok, _, _ = run_script(tmp_path)
+    assert ok and compiled == 1
+
+
+def test_two_processes_compile_at_once(tmp_path):
+    env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT.format(k=0.5)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.split()[2] == "1"
+    assert run_script(tmp_path, k=0.5)[0] == 0
+
+
+def test_unusable_cache_folder_warns_once_and_runs(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    compiled, _, ok, _, err = run_script(blocker / "cache")      # cannot be created, even by root
+    assert ok and compiled == 1
+    assert err.count("not cached on disk") == 1
