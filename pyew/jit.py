@@ -216,9 +216,13 @@ def _unpack(blob: bytes) -> tuple[str, bytes] | None:
 
 
 def key_of(source: str, name_expression: str, arch: str, include: list[str]) -> str:
+    """include[0] is the CUDA headers' folder: its path and cuda_fp16.h's size and time stand for
+    it (walking the toolkit's whole include tree would cost more than a cached kernel's load); the
+    rest, pyew's own headers, are read."""
+    fp16 = os.stat(os.path.join(include[0], "cuda_fp16.h"))
     h = hashlib.sha256()
-    for part in (source, name_expression, arch, repr(nvrtc_version()), repr(OPTIONS),
-                 headers_digest(tuple(include))):
+    for part in (source, name_expression, arch, repr(nvrtc_version()), repr(OPTIONS), include[0],
+                 f"{fp16.st_size}:{fp16.st_mtime_ns}", headers_digest(tuple(include[1:]))):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
