@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import call, formula, jit, library
+from . import call, formula, jit, library, ufuncs
 from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray
@@ -40,20 +40,16 @@ _vocab: tuple[object, dict, frozenset] | None = None
 
 def vocabulary() -> dict[str, library.Op]:
     """Function name -> map op of the loaded library: each op by its name, and by the numpy ufunc
-    name its spec gives (`ufunc`), so a formula's `multiply` or `*` finds the op `mul`."""
+    name it implements (pyew.ufuncs' table, the one DeviceArray's operators use), so a formula's
+    `multiply` or `*` finds the op `mul`."""
     global _vocab
     lib = library.get()
     v = _vocab
     if v is None or v[0] is not lib:
         with _vocab_lock:
-            table: dict[str, library.Op] = {}
-            for op in lib.manifest.ops:
-                if op.kind == "map":
-                    table[op.name] = op
-            for op in lib.manifest.ops:
-                u = getattr(op, "ufunc", None)
-                if op.kind == "map" and u and u not in table:
-                    table[u] = op
+            table: dict[str, library.Op] = {op.name: op for op in lib.manifest.ops if op.kind == "map"}
+            for ufunc, name in ufuncs.ufunc_table().items():
+                table.setdefault(ufunc, lib.manifest.op(name))
             v = _vocab = (lib, table, frozenset(table))
     return v[1]
 

@@ -194,3 +194,20 @@ def test_formula_parse_is_cached_per_text(vocab):
     a = fused.parse("x + 1")
     assert fused.parse("x + 1") is a
     assert formula.variables(a[0]) == ["x"]
+
+
+def test_without_nvrtc_formulas_run_op_by_op_and_say_why_once(fakes, monkeypatch, rng):
+    import warnings
+    monkeypatch.setattr(jit, "unavailable", lambda: "NVRTC is not available (for the test)")
+    monkeypatch.setattr(fused, "_fallback_warned", False)
+    x = rng.uniform(-2, 2, 300).astype(np.float32)
+    w = rng.uniform(-2, 2, 300).astype(np.float32)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = pyew.evaluate("gelu(x * w + 1)", local_dict={"x": x, "w": w})
+        again = pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w})
+    assert [str(m.message) for m in seen if "one kernel per op" in str(m.message)] == [
+        "pyew: formulas run one kernel per op, not fused: NVRTC is not available (for the test)"]
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(x, w), 1)))
+    np.testing.assert_array_equal(again, pyew.sub(pyew.sigmoid(x), w))
