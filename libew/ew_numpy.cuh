@@ -265,14 +265,13 @@ __device__ __forceinline__ T power(T a, T b) {
 }
 
 // log(exp(a) + exp(b)) without overflow, numpy's npy_logaddexp: equal inputs give a + log(2) (so
-// inf and inf give inf), NaN propagates. float32 results in double (one rounding of the sum).
+// inf and inf give inf), NaN propagates (through a - b). float32 results in double (one rounding
+// of the sum). Without branches: a warp whose lanes took either side of numpy's `a > b` paid for
+// both sides' exp and log1p.
 template <typename T>
 __device__ __forceinline__ T logaddexp_of(T a, T b) {
-  if (a == b) return a + T(0.693147180559945309417232121458176568);
-  const T d = a - b;
-  if (d > T(0)) return a + ::log1p(::exp(-d));
-  if (d <= T(0)) return b + ::log1p(::exp(d));
-  return d;   // NaN
+  const T r = (a > b ? a : b) + ::log1p(::exp(-::fabs(a - b)));
+  return a == b ? a + T(0.693147180559945309417232121458176568) : r;
 }
 template <typename R = void, typename T>
 __device__ __forceinline__ T logaddexp(T a, T b) {

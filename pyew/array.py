@@ -150,14 +150,14 @@ class DeviceArray:
     np.clip, ...) would otherwise take it silently and return numpy arrays computed on the CPU.
     Call d.get() to copy to the host. Printing (repr, str) and float(d), int(d), bool(d) of one element copy
     what they show."""
-    __slots__ = ("_buf", "ptr", "shape", "dtype", "_info", "size", "__weakref__")
+    __slots__ = ("_buf", "ptr", "shape", "dtype", "info", "size", "__weakref__")
     __hash__ = None         # == gives an array, as numpy's and CuPy's arrays do
 
     def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType):
         self._buf = buf
         self.ptr = ptr
         self.shape = shape
-        self._info = info
+        self.info = info
         self.dtype = info.np
         size = 1
         for s in shape:
@@ -166,7 +166,8 @@ class DeviceArray:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def _alloc(cls, shape, info: dt.DType, stream) -> "DeviceArray":
+    def new(cls, shape, info: dt.DType, stream) -> "DeviceArray":
+        """A new array of `shape` and pyew dtype row `info`, allocated on `stream` (uninitialised)."""
         size = 1
         for s in shape:
             size *= s
@@ -180,11 +181,11 @@ class DeviceArray:
 
     @property
     def itemsize(self) -> int:
-        return self._info.itemsize
+        return self.info.itemsize
 
     @property
     def nbytes(self) -> int:
-        return self.size * self._info.itemsize
+        return self.size * self.info.itemsize
 
     @property
     def owner(self):
@@ -200,6 +201,21 @@ class DeviceArray:
     def device(self) -> rt.Device:
         """The GPU this array lives on."""
         return rt.Device(self._buf.stream.ordinal)
+
+    @property
+    def ordinal(self) -> int:
+        """The index of the GPU this array lives on."""
+        return self._buf.stream.ordinal
+
+    @property
+    def fresh(self) -> bool:
+        """Memory pyew allocated (not imported from another library): writeable, freed by pyew."""
+        return type(self._buf) is Buffer
+
+    def used_on(self, stream) -> None:
+        """Work queued on `stream` uses this array: its memory is not freed before that work ran,
+        and a consumer of it (DLPack, the CUDA Array Interface) waits for that stream."""
+        self._buf.used_on(stream)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -302,7 +318,7 @@ class DeviceArray:
                     rt.stream_wait(consumer, last)
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
-        return dlpack.export(src.ptr, src.shape, src._info, ordinal, src, versioned=versioned,
+        return dlpack.export(src.ptr, src.shape, src.info, ordinal, src, versioned=versioned,
                              version=version, read_only=src.readonly, copied=bool(copy))
 
     # -- host transfer ------------------------------------------------------------------------
@@ -345,7 +361,7 @@ class DeviceArray:
                 raise ValueError("DeviceArray slices must have step 1 (views stay contiguous); "
                                  "copy to numpy with .get() for strided access")
             stop = max(stop, start)
-            return DeviceArray(self._buf, self.ptr + start * row, (stop - start,) + self.shape[1:], self._info)
+            return DeviceArray(self._buf, self.ptr + start * row, (stop - start,) + self.shape[1:], self.info)
         try:
             i = operator.index(key)
         except TypeError:
@@ -353,7 +369,7 @@ class DeviceArray:
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
         i %= n
-        return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self._info)
+        return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self.info)
 
     def reshape(self, *shape, order: str = "C", copy: bool | None = None) -> "DeviceArray":
         """The array with another shape of the same size (ints or one tuple; one dimension may be
@@ -382,7 +398,7 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
         src = self.copy() if copy else self
-        return DeviceArray(src._buf, src.ptr, shape, src._info)
+        return DeviceArray(src._buf, src.ptr, shape, src.info)
 
     def ravel(self, order: str = "C") -> "DeviceArray":
         """The array as one dimension: a view (a DeviceArray is always C-contiguous)."""
@@ -396,7 +412,7 @@ class DeviceArray:
         """A copy on the same GPU."""
         with rt.on(self._buf.stream.ordinal):
             s = rt.resolve_stream(stream)
-            out = DeviceArray._alloc(self.shape, self._info, s)
+            out = DeviceArray.new(self.shape, self.info, s)
             self._buf.used_on(s)
             rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
@@ -404,7 +420,7 @@ class DeviceArray:
     def astype(self, dtype, stream=None) -> "DeviceArray":
         """Convert on the GPU with the library's cast op `to_<dtype>`; a copy if the dtype is the same."""
         info = lookup_dtype(dtype)
-        if info is self._info:
+        if info is self.info:
             return self.copy(stream)
         with rt.on(self._buf.stream.ordinal):
             return cast(self, info, stream)
@@ -420,7 +436,7 @@ class DeviceArray:
             return self
         with rt.on(j):
             s = rt.resolve_stream(stream)
-            out = DeviceArray._alloc(self.shape, self._info, s)
+            out = DeviceArray.new(self.shape, self.info, s)
             if self.size:
                 rt.stream_wait(s, self._buf.last)
                 rt.copy_peer(out.ptr, j, self.ptr, i, self.nbytes, s.cu)
@@ -438,11 +454,11 @@ class DeviceArray:
             with np.printoptions(threshold=threshold):
                 body = np.array2string(host, separator=", ", prefix=prefix, suffix=")")
         except Exception as e:    # a broken context should not make repr raise
-            return f"{prefix}shape={self.shape}, dtype={self._info.name}, <unreadable: {e}>)"
+            return f"{prefix}shape={self.shape}, dtype={self.info.name}, <unreadable: {e}>)"
         extras = []
         if (self.size == 0 and self.shape != (0,)) or self.size > np.get_printoptions()["threshold"]:
             extras.append(f"shape={self.shape}")
-        extras.append(f"dtype={self._info.name}")
+        extras.append(f"dtype={self.info.name}")
         extras.append(f"device={self._buf.stream.ordinal}")
         head = prefix + body + ","
         tail = ", ".join(extras) + ")"
@@ -485,10 +501,26 @@ class DeviceArray:
         return host, 0
 
 
+SEPARATE, SAME, PARTIAL = 0, 1, 2
+
+
+def aliasing(out: DeviceArray, a) -> int:
+    """How an elementwise call's out= shares memory with an input `a`: SEPARATE, SAME (exactly the
+    input: same start, shape and dtype, so each element is read before it is written in its place)
+    or PARTIAL (a shifted overlap, which would read elements the kernel already wrote). The one
+    rule of every GPU call path."""
+    if type(a) is not DeviceArray or not out.size or not a.size:
+        return SEPARATE
+    lo, n = out.ptr, out.size * out.info.itemsize
+    if a.ptr >= lo + n or lo >= a.ptr + a.size * a.info.itemsize:
+        return SEPARATE
+    return SAME if a.ptr == lo and a.shape == out.shape and a.info is out.info else PARTIAL
+
+
 def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
     """Copy src into dst on the GPU (one dtype and shape, one GPU), after the work queued on both."""
-    if dst._info is not src._info or dst.shape != src.shape:
-        raise ValueError(f"copy_into: dst is {dst._info.name} {dst.shape}, src {src._info.name} {src.shape}")
+    if dst.info is not src.info or dst.shape != src.shape:
+        raise ValueError(f"copy_into: dst is {dst.info.name} {dst.shape}, src {src.info.name} {src.shape}")
     with rt.on(dst._buf.stream.ordinal):
         s = rt.resolve_stream(stream)
         for b in (src._buf, dst._buf):
@@ -517,12 +549,12 @@ def cast_entry(src: dt.DType, dst: dt.DType) -> library.Entry | None:
 
 def cast(a: DeviceArray, info: dt.DType, stream=None, out: DeviceArray | None = None) -> DeviceArray:
     """a converted to `info` on the GPU (into `out` if given)."""
-    entry = cast_entry(a._info, info)
+    entry = cast_entry(a.info, info)
     if entry is None:
         raise TypeError(f"no cast from {a.dtype} to {info.name} in the library (op to_{info.name} has no "
-                        f"{a._info.name} kernel); add it to a spec and rebuild")
+                        f"{a.info.name} kernel); add it to a spec and rebuild")
     s = rt.resolve_stream(stream)
-    res = out if out is not None else DeviceArray._alloc(a.shape, info, s)
+    res = out if out is not None else DeviceArray.new(a.shape, info, s)
     a._buf.used_on(s)
     res._buf.used_on(s)
     if a.size:
@@ -543,7 +575,7 @@ def empty(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
     """Uninitialised DeviceArray on `device` (default: the current GPU)."""
     shape, info = normalize_shape(shape), lookup_dtype(dtype)
     with rt.on(target_device(device, stream)):
-        return DeviceArray._alloc(shape, info, rt.resolve_stream(stream))
+        return DeviceArray.new(shape, info, rt.resolve_stream(stream))
 
 
 def zeros(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
@@ -551,7 +583,7 @@ def zeros(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
     shape, info = normalize_shape(shape), lookup_dtype(dtype)
     with rt.on(target_device(device, stream)):
         s = rt.resolve_stream(stream)
-        a = DeviceArray._alloc(shape, info, s)
+        a = DeviceArray.new(shape, info, s)
         rt.memset(a.ptr, 0, a.nbytes, s.cu)
     return a
 
@@ -559,6 +591,6 @@ def zeros(shape, dtype="float32", stream=None, device=None) -> DeviceArray:
 def from_host(a: np.ndarray, stream) -> DeviceArray:
     """A new DeviceArray holding a copy of numpy array a (any layout), through the transfer engine."""
     info = lookup_dtype(a.dtype)
-    out = DeviceArray._alloc(tuple(a.shape), info, stream)
+    out = DeviceArray.new(tuple(a.shape), info, stream)
     transfer.to_device(a, out.ptr, stream)
     return out

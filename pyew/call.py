@@ -22,7 +22,7 @@ import numpy as np
 from . import dtypes as dt
 from . import interop, library, transfer
 from . import runtime as rt
-from .array import Buffer, DeviceArray, cast_entry, from_host
+from .array import PARTIAL, SAME, SEPARATE, Buffer, DeviceArray, aliasing, cast_entry, from_host
 from .operands import (
     DEVICE,
     HOST,
@@ -147,8 +147,8 @@ def device_out(out, stream, op: str, what: str = "out"):
         return None
     if type(out) is DeviceArray:
         d = out
-        if d._buf.stream.ordinal != stream.ordinal:
-            interop.wrong_device(d._buf.stream.ordinal, stream, op, what)
+        if d.ordinal != stream.ordinal:
+            interop.wrong_device(d.ordinal, stream, op, what)
     elif isinstance(out, np.ndarray):
         return None
     else:
@@ -171,12 +171,12 @@ def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: s
             raise TypeError(f"{op}: {what} must be a GPU array (a DeviceArray, or one with "
                             f"__cuda_array_interface__ / __dlpack__) when an input is on the GPU, "
                             f"not {type(out).__name__}")
-        got, oshape = d._info, d.shape
+        got, oshape = d.info, d.shape
         out = d
     else:
         if d is not None:
             out = d
-            got, oshape = d._info, d.shape
+            got, oshape = d.info, d.shape
         else:
             if not isinstance(out, np.ndarray):
                 raise TypeError(f"{op}: {what} must be a numpy array or a GPU array, not {type(out).__name__}")
@@ -194,34 +194,17 @@ def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: s
 
 def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: bool = True) -> None:
     """A GPU out= may be exactly an input of its shape (elementwise in place); a shifted overlap
-    would read what the kernel already wrote."""
-    lo, hi = out.ptr, out.ptr + out.nbytes
+    would read what the kernel already wrote (array.aliasing, the one rule)."""
     for o in ins:
-        a = o.value
-        if o.kind == DEVICE and a.nbytes and hi > lo and a.ptr < hi and lo < a.ptr + a.nbytes:
-            if not (exact_ok and a.ptr == out.ptr and a.shape == out.shape and a._info is out._info):
+        if o.kind == DEVICE:
+            how = aliasing(out, o.value)
+            if how == PARTIAL or how == SAME and not exact_ok:
                 raise ValueError(f"{op}: out overlaps input {o.name!r} without being exactly it; use a separate out")
 
 
-def check_alias_arrays(out: DeviceArray, ins: Sequence[DeviceArray], op: str) -> None:
-    """check_alias for DeviceArray inputs (a replayed plan's)."""
-    check_alias(out, [Operand(f"#{i}", DEVICE, a, None, ()) for i, a in enumerate(ins) if overlaps(out, a)], op)
-
-
-def device_signature(a: DeviceArray) -> tuple:
-    """What a call plan depends on of a DeviceArray: dtype, shape and GPU."""
-    return a._info, a.shape, a._buf.stream.ordinal
-
-
-def mark_used(arrays: Sequence[DeviceArray], stream) -> None:
-    """These arrays' memory is used by work queued on `stream` (their frees wait for it)."""
-    for a in arrays:
-        a._buf.used_on(stream)
-
-
 def overlaps(a: DeviceArray, b) -> bool:
-    return (isinstance(b, DeviceArray) and a.nbytes and b.nbytes
-            and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes)
+    """a and the GPU array b share memory in any way."""
+    return aliasing(a, b) != SEPARATE
 
 
 def unalias_host(operands: Sequence[Operand], out) -> None:
@@ -235,6 +218,115 @@ def unalias_host(operands: Sequence[Operand], out) -> None:
             same = (a.ctypes.data == out.ctypes.data and a.strides == out.strides and a.shape == out.shape)
             if not same:
                 o.value = a.copy()
+
+
+# ---- plans: a GPU call classified once, replayed for later calls of its kind --------------------------
+
+class Plan:
+    """A call on GPU arrays and Python numbers after classification: the result's shape and dtype,
+    which arguments are arrays and which numbers, and how to launch. Every later call of the same
+    key (plan_key: the target, each array's dtype and shape, each number's type, the params)
+    replays it without classifying again. Map ops and fused formulas make plans alike.
+
+    numbers(values, stream) turns the numbers of one call into what launch takes, or returns None where
+    the general path must say what is wrong with them (a value out of its dtype's range);
+    launch(out_ptr, array_ptrs, that, stream) queues the kernel."""
+    __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch")
+
+    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch):
+        self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
+        self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
+
+
+_plans: dict = {}
+_NUMBERS = (float, int, bool)
+_PLANS_MAX = 4096
+
+
+def plan_key(target, args: Sequence, kw: dict | None = None):
+    """The key a call's plan is kept under, or None for a call that is not planned (numpy or other
+    host operands: they go through the transfer engine). GPU arrays of other libraries must have
+    been imported (plan_args) first."""
+    parts = [id(target)]
+    for a in args:
+        t = type(a)
+        if t is DeviceArray:
+            parts.append(a.info)
+            parts.append(a.shape)
+        elif t is float or t is int or t is bool:
+            parts.append(t)
+        else:
+            return None
+    if kw:
+        parts.append(tuple((k, type(v), v) for k, v in kw.items()))
+    return tuple(parts)
+
+
+def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = None):
+    """args with GPU arrays of other libraries imported as DeviceArrays (no copy; the call's stream
+    waits for the producer's), or None if any operand is host data or not an array at all."""
+    out = []
+    for i, a in enumerate(args):
+        t = type(a)
+        if t is DeviceArray or t in _NUMBERS:
+            out.append(a)
+            continue
+        if t is np.ndarray or isinstance(a, (np.generic, list, tuple, complex)):
+            return None
+        d = interop.import_device(a, stream, op, names[i] if names else f"#{i}")
+        if d is None:
+            return None
+        out.append(d)
+    return out
+
+
+def plans() -> dict:
+    """The plans by key (a function's closure looks them up directly)."""
+    return _plans
+
+
+def find_plan(key, target) -> Plan | None:
+    plan = _plans.get(key) if key is not None else None
+    return plan if plan is not None and plan.target is target else None
+
+
+def keep_plan(key, plan: Plan | None) -> None:
+    if key is None or plan is None:
+        return
+    if len(_plans) >= _PLANS_MAX:
+        _plans.clear()
+    _plans[key] = plan
+
+
+def replay(plan: Plan, args: Sequence, out, stream):
+    """Run a plan on a call's arguments (of its key), or None where the general path must run it:
+    an out= that does not fit or overlaps an input in part, numbers out of range (the general
+    path then raises with its message; nothing was queued or written)."""
+    if plan.numbers_at:
+        got = plan.numbers([args[i] for i in plan.numbers_at], stream)
+        if got is None:
+            return None
+    else:
+        got = None
+    if out is None:
+        res = DeviceArray.new(plan.shape, plan.out_info, stream)
+    else:
+        if type(out) is not DeviceArray or out.info is not plan.out_info or out.shape != plan.shape \
+                or out.readonly or out.ordinal != stream.ordinal:
+            return None
+        for i in plan.arrays:
+            if aliasing(out, args[i]) == PARTIAL:
+                return None
+        res = out
+        out.used_on(stream)
+    ptrs = []
+    for i in plan.arrays:
+        a = args[i]
+        a.used_on(stream)
+        ptrs.append(a.ptr)
+    if plan.n:
+        plan.launch(res.ptr, ptrs, got, stream)
+    return res
 
 
 # ---- launching elementwise work -----------------------------------------------------------------------
@@ -358,8 +450,8 @@ def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
             keep.append(d)
         else:
             d = o.value
-            d._buf.used_on(stream)
-        ins.append(DevIn(d.ptr, d.shape, None, d._info))
+            d.used_on(stream)
+        ins.append(DevIn(d.ptr, d.shape, None, d.info))
     return ins
 
 
@@ -379,10 +471,10 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
         results = []
         for shape, info, o in outputs:
             if o is not None:
-                o._buf.used_on(stream)
+                o.used_on(stream)
                 results.append(o)
             else:
-                results.append(DeviceArray._alloc(tuple(shape), info, stream))
+                results.append(DeviceArray.new(tuple(shape), info, stream))
         keep: list = []
         ins = device_inputs(p, stream, keep)
         if math.prod(p.shape):
@@ -430,7 +522,7 @@ def on_device(o: Operand, stream, keep: list) -> DeviceArray:
     """An array operand on the GPU: a GPU array as it is (marked used on the stream), a host array
     copied up through the transfer engine (kept alive in `keep` until the launch is queued)."""
     if o.kind == DEVICE:
-        o.value._buf.used_on(stream)
+        o.value.used_on(stream)
         return o.value
     d = from_host(o.value, stream)
     keep.append(d)

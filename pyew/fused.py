@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import call, formula, jit, library, ufuncs
+from . import call, formula, interop, jit, library, ufuncs
 from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray
@@ -128,7 +128,10 @@ class Program:
         sig = ", ".join(f"const {t} a{i}" for i, t in enumerate(in_t))
         body = "".join(f"    {ln}\n" for ln in self.lines)
         includes = "".join(f'#include "fn/{op}.cuh"\n' for op in sorted(self.ops))
-        head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\n'
+        # libew's headers, the same in every formula, end at the first declaration: NVRTC's
+        # automatic precompiled header (jit.OPTIONS' -pch) covers them, so a process's later
+        # formulas skip parsing them again; the ops' own headers come after.
+        head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\nnamespace ew_jit {}\n'
         self.source = (f"// pyew fused formula: {' '.join(text.split())}\n{head}{includes}"
                        f"namespace ew_jit {{\nstruct fn {{\n{params}"
                        f"  __device__ __forceinline__ {self.out.ctype} operator()({sig}) const {{\n{body}"
@@ -303,28 +306,22 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     return _run(tree, values, text, out, stream, names)
 
 
-class _Plan:
-    """A formula's call on GPU operands, classified once: replayed for every later call whose
-    operands have the same kinds, dtypes, shapes and GPU (the key _run looks it up by)."""
-    __slots__ = ("tree", "prog", "shape", "array_at", "scalar_at", "layout", "blob")
-
-    def __init__(self, tree, prog: Program, shape, array_at, scalar_at, layout):
-        self.tree, self.prog, self.shape = tree, prog, shape
-        self.array_at, self.scalar_at, self.layout = array_at, scalar_at, layout
-        self.blob = prog.pack([]) if not scalar_at else None
-
-
-_plans: dict = {}
-_NUMBERS = (bool, int, float)
-
-
 def _run(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
-    key = _plan_key(tree, s, out, vals)
-    plan = _plans.get(key) if key is not None else None
-    if plan is not None and plan.tree is tree:
-        return _replay(plan, vals, text, out, s)
+    dev = call.plan_args(vals, s, text, names)
+    key = None
+    if dev is not None:
+        vals = dev
+        if out is not None and type(out) is not DeviceArray and not isinstance(out, np.ndarray):
+            imported = interop.import_device(out, s, text, "out")
+            out = out if imported is None else imported
+        key = call.plan_key(tree, dev)
+        plan = call.find_plan(key, tree)
+        if plan is not None:
+            res = call.replay(plan, dev, out, s)
+            if res is not None:
+                return res
     operands = [classify(v, text, n, s) for n, v in zip(names, vals)]
     args = tuple(Arg(o.name, o.kind != SCALAR, o.info, None if o.info is not None else type(o.value))
                  for o in operands)
@@ -342,58 +339,36 @@ def _run(tree, values: dict, text: str, out, stream, names):
     if isinstance(o, DeviceArray):
         device = True
         call.check_alias(o, arrays, text)
+    if key is not None and device:
+        plan = _plan(tree, prog, operands, shape, blob)
+        call.keep_plan(key, plan)
+        res = call.replay(plan, vals, o, s)
+        if res is not None:
+            return res
     p = call.Prepared(None, arrays, None, shape, device)
-    layouts = []
 
     def step(ins, outs, shapes, st):
-        layouts.append(prog.launch(ins, outs[0], shapes[0], st, blob))
+        prog.launch(ins, outs[0], shapes[0], st, blob)
 
-    res = call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
-    if key is not None and device and all(a.kind == DEVICE for a in arrays) and layouts:
-        array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
-        scalar_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
-        if len(_plans) > 4096:
-            _plans.clear()
-        _plans[key] = _Plan(tree, prog, shape, array_at, scalar_at, layouts[0])
-    return res
+    return call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
 
 
-def _plan_key(tree, s, out, vals):
-    """The cheap key of a call on pyew DeviceArrays and Python numbers (None for anything else:
-    numpy operands, other libraries' arrays, a foreign out=)."""
-    if out is not None and type(out) is not DeviceArray:
-        return None
-    parts = [id(tree), s.ordinal, out is None]
-    for v in vals:
-        t = type(v)
-        if t is DeviceArray:
-            parts.append(call.device_signature(v))
-        elif t in _NUMBERS:
-            parts.append(t)
-        else:
-            return None
-    return tuple(parts)
+def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
+    """The plan of a formula's call on GPU arrays and Python numbers: the layout of its
+    broadcast (None where every array has the result's shape), the numbers of each call checked
+    and packed into the functor's bytes."""
+    array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
+    numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+    ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
+    layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
+    def numbers(values, s):
+        prog.check_scalars(values)
+        return prog.pack(values)
 
-def _replay(plan: _Plan, vals, text: str, out, s):
-    prog = plan.prog
-    arrays = [vals[i] for i in plan.array_at]
-    if plan.blob is not None:
-        blob = plan.blob
-    else:
-        scalars = [vals[i] for i in plan.scalar_at]
-        prog.check_scalars(scalars)
-        blob = prog.pack(scalars)
-    if out is None:
-        res = DeviceArray._alloc(plan.shape, prog.out, s)
-    else:
-        if out.dtype != prog.out.np or out.shape != plan.shape or out.readonly:
-            call.check_out(out, True, plan.shape, prog.out, text, s)       # raises with the reason
-        call.check_alias_arrays(out, arrays, text)
-        res = out
-    call.mark_used([res, *arrays], s)
-    prog.launch_ptrs([a.ptr for a in arrays], res.ptr, plan.shape, s, blob, plan.layout)
-    return res
+    def launch(out_ptr, ptrs, packed, s):
+        prog.launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout)
+    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
@@ -403,7 +378,7 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
     if not _fallback_warned:
         _fallback_warned = True
         warnings.warn(f"pyew: formulas run one kernel per op, not fused: {why}", RuntimeWarning, stacklevel=4)
-    from . import interop, kinds
+    from . import kinds
     table = kinds.table()
     vocab = vocabulary()
     host = not any(isinstance(v, DeviceArray) or interop.device_index(v) is not None

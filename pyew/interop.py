@@ -190,7 +190,7 @@ def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
                         "Interface nor DLPack")
     if moved:
         d = d.to_device(want, stream)
-    if dtype is None or lookup_dtype(dtype) is d._info:
+    if dtype is None or lookup_dtype(dtype) is d.info:
         return d
     return d.astype(dtype, stream)
 
@@ -230,7 +230,7 @@ def device_index(obj) -> int | None:
     arrays, scalars, CPU tensors)."""
     t = type(obj)
     if t is DeviceArray:
-        return obj._buf.stream.ordinal
+        return obj.ordinal
     if t is np.ndarray or t in (int, float, bool, complex) or obj is None:
         return None
     root = t.__module__.split(".")[0]
@@ -266,6 +266,7 @@ def _torch_reader(torch):
     def read(t, stream, op, name):
         if not t.is_cuda:
             return None
+        index = t.get_device()
         info = by_dtype.get(t.dtype)
         if info is None:
             raise TypeError(f"{op}: {name!r} is a {t.dtype} tensor, which pyew does not support")
@@ -274,7 +275,6 @@ def _torch_reader(torch):
         if not t.is_contiguous():
             raise ValueError(f"{op}: {name!r} is a non-contiguous Tensor (shape {tuple(t.shape)}, strides "
                              f"{tuple(t.stride())}); pyew takes C-contiguous GPU arrays: pass .contiguous()")
-        index = t.get_device()
         _check_device(index, stream, op, name)
         producer = raw_stream(index)            # torch's current stream: its queued work on t
         if producer != stream.handle:

@@ -3,20 +3,27 @@ cuda-python's cuda.bindings.nvrtc) to a cubin for the GPU's architecture, cached
 disk, loaded into the process by libew (ew_jit_load) and launched along libew's own launch plans
 (ew_jit_map: plan_map and plan_strided, the same kernels and shapes as the library's ops).
 
-The disk cache is cuda.core's FileStreamProgramCache (atomic writes; readers see an old entry or
-a new one, never a partial one) under $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels. A key
-covers the kernel's source, the headers it includes (libew's and the ops' device functions), the
-GPU architecture, NVRTC's version and the options. An entry that does not read back as pyew's
-(a corrupt or truncated file) is compiled again; two processes compiling one kernel at once both
-succeed, and one of the two identical entries stays.
+The disk cache is a folder of files, $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels, each entry
+written to a temporary file and renamed into place, so a reader sees an old entry or a new one,
+never a partial one. A key covers the kernel's source, the headers it includes (libew's and the
+ops' device functions), the GPU architecture, NVRTC's version, the CUDA headers and the options.
+An entry that does not read back as pyew's (a corrupt or truncated file) is compiled again; two
+processes compiling one kernel at once both succeed, and one of the two identical entries stays.
+
+A kernel read from the disk cache neither loads NVRTC nor imports cuda.core: NVRTC's version and
+the CUDA headers' folder are remembered in the cache folder (the file `toolchain`), checked against
+the NVRTC library's and cuda_fp16.h's size and time, and only found again when either changed.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import hashlib
+import json
 import os
+import re
 import struct
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -64,6 +71,12 @@ def nvrtc():
     return _nvrtc
 
 
+def options() -> tuple[str, ...]:
+    """NVRTC's options: OPTIONS, and from NVRTC 12.8 on its automatic precompiled header (-pch), so a
+    process parses libew's headers once for all its formulas (fused.Program puts them first)."""
+    return OPTIONS + (("-pch",) if tuple(toolchain()["version"]) >= (12, 8) else ())
+
+
 def nvrtc_version() -> tuple[int, int]:
     _, major, minor = nvrtc().nvrtcVersion()
     return int(major), int(minor)
@@ -100,14 +113,19 @@ def include_dirs() -> list[str]:
 
 
 
-@functools.lru_cache(maxsize=8)
-def headers_digest(dirs: tuple[str, ...]) -> str:
-    """A digest of every header a kernel may include from these folders (libew's and the op set's
-    device functions): a rebuilt library with changed ops or headers makes new keys."""
+_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
+
+
+@functools.lru_cache(maxsize=256)
+def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
+    """A digest of libew's headers and the op device functions a kernel includes (`includes`, as
+    its #include lines name them): a rebuilt library with changed ops or headers makes new keys."""
     h = hashlib.sha256()
     for d in dirs:
-        for p in sorted(Path(d).rglob("*.cuh")):
-            h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
+        base = Path(d)
+        files = sorted(base.glob("*.cuh")) + [base / f for f in includes if (base / f).exists() and "/" in f]
+        for p in files:
+            h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -118,7 +136,7 @@ def compile_cubin(source: str, name_expression: str, arch: str, include: list[st
     _ok(err, "nvrtcCreateProgram", formula)
     try:
         _ok(m.nvrtcAddNameExpression(prog, name_expression.encode())[0], "nvrtcAddNameExpression", formula)
-        opts = [f"-arch={arch}".encode(), *(o.encode() for o in OPTIONS), *(f"-I{d}".encode() for d in include)]
+        opts = [f"-arch={arch}".encode(), *(o.encode() for o in options()), *(f"-I{d}".encode() for d in include)]
         (err,) = m.nvrtcCompileProgram(prog, len(opts), opts)
         if int(err):
             _, size = m.nvrtcGetProgramLogSize(prog)
@@ -157,9 +175,37 @@ def cache_dir() -> Path:
     return Path(base) / "pyew" / "kernels"
 
 
+class _Store:
+    """Entries as files under a folder (two-character subfolders), each written to a temporary file
+    beside it and renamed over: a reader sees an old entry or a new one, never a partial one.
+    (cuda.core's FileStreamProgramCache does the same; importing cuda.core takes longer than a
+    cached kernel may take to load: docs/tuning.md.)"""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __getitem__(self, key: str) -> bytes:
+        try:
+            return (self.path / key[:2] / key).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key: str, blob: bytes) -> None:
+        folder = self.path / key[:2]
+        folder.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, folder / key)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
 class _Disk:
-    """The disk half of the cache: cuda.core's FileStreamProgramCache when its folder is usable,
-    else nothing (with one warning saying why)."""
+    """The disk half of the cache when its folder is usable, else nothing (with one warning saying
+    why)."""
 
     def __init__(self):
         self.store = None
@@ -171,11 +217,10 @@ class _Disk:
         if self.path != path:
             self.path, self.store = path, None
             try:
-                from cuda.core.utils import FileStreamProgramCache
                 path.mkdir(parents=True, exist_ok=True)
                 if not os.access(path, os.W_OK):
                     raise PermissionError(f"{path} is not writable")
-                self.store = FileStreamProgramCache(path)
+                self.store = _Store(path)
             except Exception as e:
                 self.disable(e)
         return self.store
@@ -186,6 +231,55 @@ class _Disk:
             self.warned = True
             warnings.warn(f"pyew: kernels of formulas are not cached on disk ({type(e).__name__}: {e}); each process "
                           "compiles them again. Set PYEW_CACHE_DIR to a writable folder.", RuntimeWarning, stacklevel=4)
+
+
+def _stamp(path: str) -> str:
+    st = os.stat(path)
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+_toolchain: dict | None = None
+
+
+def toolchain() -> dict:
+    """NVRTC's version and library, and the CUDA headers' folder: from the cache folder's record
+    when the files it names are unchanged, else found (loading NVRTC) and recorded again."""
+    global _toolchain
+    if _toolchain is not None:
+        return _toolchain
+    record = cache_dir() / "toolchain"
+    try:
+        t = json.loads(record.read_text())
+        fp16 = os.path.join(t["include"], "cuda_fp16.h")
+        if t["nvrtc_stamp"] == _stamp(t["nvrtc"]) and t["fp16_stamp"] == _stamp(fp16):
+            _toolchain = t
+            return t
+    except (OSError, ValueError, KeyError, TypeError):
+        pass                         # none yet, unreadable, or stale: found again below
+    nvrtc()
+    include = cuda_include()
+    lib = _nvrtc_library()
+    t = {"version": list(nvrtc_version()), "nvrtc": lib, "nvrtc_stamp": _stamp(lib) if lib else "",
+         "include": include, "fp16_stamp": _stamp(os.path.join(include, "cuda_fp16.h"))}
+    _toolchain = t
+    if lib and _disk.get() is not None:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(t, f)
+            os.replace(tmp, record)
+        except OSError:
+            pass                     # not recorded: the next process finds it again
+    return t
+
+
+def _nvrtc_library() -> str | None:
+    """The file NVRTC was loaded from (cuda-pathfinder's record of it), or None."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        return load_nvidia_dynamic_lib("nvrtc").abs_path
+    except Exception:
+        return None
 
 
 _disk = _Disk()
@@ -216,13 +310,12 @@ def _unpack(blob: bytes) -> tuple[str, bytes] | None:
 
 
 def key_of(source: str, name_expression: str, arch: str, include: list[str]) -> str:
-    """include[0] is the CUDA headers' folder: its path and cuda_fp16.h's size and time stand for
-    it (walking the toolkit's whole include tree would cost more than a cached kernel's load); the
-    rest, pyew's own headers, are read."""
-    fp16 = os.stat(os.path.join(include[0], "cuda_fp16.h"))
+    """include[0] is the CUDA headers' folder, which toolchain() stands for (with NVRTC's version);
+    the rest, pyew's own headers, are read."""
+    t = toolchain()
     h = hashlib.sha256()
-    for part in (source, name_expression, arch, repr(nvrtc_version()), repr(OPTIONS), include[0],
-                 f"{fp16.st_size}:{fp16.st_mtime_ns}", headers_digest(tuple(include[1:]))):
+    for part in (source, name_expression, arch, repr(t["version"]), repr(options()), t["include"], t["fp16_stamp"],
+                 headers_digest(tuple(include[1:]), tuple(_INCLUDE.findall(source)))):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -230,7 +323,7 @@ def key_of(source: str, name_expression: str, arch: str, include: list[str]) -> 
 def cubin(source: str, name_expression: str, arch: str, formula: str) -> tuple[str, str, bytes]:
     """(key, lowered name, cubin) of `name_expression` in `source`: from this process's memory,
     else the disk cache, else compiled now and stored in both."""
-    include = [cuda_include(), *include_dirs()]
+    include = [toolchain()["include"], *include_dirs()]
     key = key_of(source, name_expression, arch, include)
     with _lock:
         entry = _memory.get(key)
@@ -281,7 +374,7 @@ def clear_memory() -> None:
 
 def cache_info() -> dict:
     path = cache_dir()
-    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
+    files = [p for p in path.glob("*/*") if p.is_file() and not p.name.startswith(".tmp-")] if path.is_dir() else []
     return {"path": str(path), "entries": len(files), "bytes": sum(p.stat().st_size for p in files),
             "in_memory": len(_memory), **STATS}
 
@@ -308,8 +401,7 @@ def unavailable() -> str | None:
     """Why formulas cannot be compiled in this process (no NVRTC, no CUDA headers), or None."""
     if not _why:
         try:
-            nvrtc()
-            cuda_include()
+            toolchain()
             _why.append(None)
         except Unavailable as e:
             _why.append(str(e))

@@ -33,9 +33,9 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     """One argument as an Operand: DeviceArrays and foreign GPU arrays (CUDA Array Interface,
     DLPack) are DEVICE, numpy arrays (and what np.asarray takes) HOST, numbers SCALAR."""
     if type(a) is DeviceArray:
-        if a._buf.stream.ordinal != stream.ordinal:
-            interop.wrong_device(a._buf.stream.ordinal, stream, op, name)
-        return Operand(name, DEVICE, a, a._info, a.shape)
+        if a.ordinal != stream.ordinal:
+            interop.wrong_device(a.ordinal, stream, op, name)
+        return Operand(name, DEVICE, a, a.info, a.shape)
     if isinstance(a, (bool, int, float, complex)):
         if not scalars:
             raise TypeError(f"{op}: {name} must be an array, not a scalar")
@@ -47,7 +47,7 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     if not isinstance(a, np.ndarray):
         d = interop.import_device(a, stream, op, name)
         if d is not None:
-            return Operand(name, DEVICE, d, d._info, d.shape)
+            return Operand(name, DEVICE, d, d.info, d.shape)
         given = type(a).__name__
         try:
             a = np.asarray(a)

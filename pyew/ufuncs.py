@@ -21,8 +21,7 @@ import numpy as np
 from . import array, formula, interop, kinds, library
 from . import dtypes as dt
 from . import runtime as rt
-from .array import DeviceArray
-from .call import overlaps
+from .array import PARTIAL, DeviceArray, aliasing
 from .errors import LibraryError
 from .operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
 
@@ -240,7 +239,7 @@ def _out_dtype(op: library.Op, args) -> dt.DType | None:
     for x in args:
         t = type(x)
         if t is DeviceArray:
-            key.append(x._info)
+            key.append(x.info)
         elif t is float or t is int or t is bool:
             key.append(t)
         elif isinstance(x, (np.ndarray, np.generic)):
@@ -278,9 +277,8 @@ def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
         fn(*args, out=out)          # numpy or foreign arrays: the op's checks and messages
         return out
     info = _out_dtype(op, args)
-    shifted = any(type(x) is DeviceArray and overlaps(x, out) and
-                  not (x.ptr == out.ptr and x.shape == out.shape and x._info is out._info) for x in args)
-    if not shifted and (info is None or info is out._info):
+    shifted = any(aliasing(out, x) == PARTIAL for x in args)
+    if not shifted and (info is None or info is out.info):
         fn(*args, out=out)
         return out
     if out.readonly:
@@ -298,29 +296,29 @@ def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
     if res.shape != out.shape:
         raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
                          f"broadcast shape {res.shape}")
-    if res._buf.stream.ordinal != out._buf.stream.ordinal:
-        raise ValueError(f"{op.name}: out is on cuda:{out._buf.stream.ordinal} and the inputs on "
-                         f"cuda:{res._buf.stream.ordinal}; the GPU arrays of one call must be on one GPU")
-    _check_cast(res._info, out, op, ufunc)
-    with rt.on(out._buf.stream.ordinal):
-        if res._info is out._info:
+    if res.ordinal != out.ordinal:
+        raise ValueError(f"{op.name}: out is on cuda:{out.ordinal} and the inputs on "
+                         f"cuda:{res.ordinal}; the GPU arrays of one call must be on one GPU")
+    _check_cast(res.info, out, op, ufunc)
+    with rt.on(out.ordinal):
+        if res.info is out.info:
             array.copy_into(out, res)
         else:
-            array.cast(res, out._info, out=out)
+            array.cast(res, out.info, out=out)
     return out
 
 
 def _check_cast(info: dt.DType, out: DeviceArray, op: library.Op, ufunc: str) -> None:
     """A result of dtype `info` may go into out: numpy's 'same_kind' rule, and a cast op to do it."""
-    if info is out._info:
+    if info is out.info:
         return
     if not np.can_cast(info.np, out.dtype, "same_kind"):
-        raise TypeError(f"Cannot cast ufunc {ufunc!r} output from {info.name} to {out._info.name} with casting "
+        raise TypeError(f"Cannot cast ufunc {ufunc!r} output from {info.name} to {out.info.name} with casting "
                         "rule 'same_kind' (numpy's rule for out= and in-place operators); write into a "
                         f"{info.name} array, or convert an input with .astype()")
-    if array.cast_entry(info, out._info) is None:
-        raise TypeError(f"{op.name}: the result is {info.name} and out is {out._info.name}, but the library has no "
-                        f"cast from {info.name} to {out._info.name} (op to_{out._info.name}); add it to a spec and "
+    if array.cast_entry(info, out.info) is None:
+        raise TypeError(f"{op.name}: the result is {info.name} and out is {out.info.name}, but the library has no "
+                        f"cast from {info.name} to {out.info.name} (op to_{out.info.name}); add it to a spec and "
                         f"rebuild, or write into a {info.name} array")
 
 

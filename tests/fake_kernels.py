@@ -9,7 +9,6 @@ import ctypes
 import numpy as np
 
 from pyew import call, library
-from pyew import runtime as rt
 
 from .fake_cuda import device_view
 from .reference import evaluate
@@ -141,34 +140,9 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay):
         device_view(out_ptr, prog.out.np, shape)[...] = np.broadcast_to(r, shape).astype(prog.out.np)
 
 
-def _launch_through_library(self, entry, out_ptr, in_ptrs, n, s):
-    """MapOp's fast paths, through library.launch (with the stream object) so the stand-ins see them."""
-    k = next(k for k in self.op.kernels if k.entry("forward").symbol == entry[2])
-    library.launch(k.entry("forward"), (out_ptr, *in_ptrs, n, *self.default_pvals), s)
-
-
-def _fake_entries(monkeypatch, kernels: FakeKernels) -> None:
-    """A map op's function calls its entry points straight from MapOp.fast on one GPU: swap in
-    stand-ins of the same signature (out, inputs..., n, params..., stream, sms, threads_per_sm)."""
-    from pyew import kinds
-    from pyew.kinds import map as map_kind
-    monkeypatch.setattr(map_kind.MapOp, "_launch", _launch_through_library)
-    kinds.table()
-    for m in map_kind.BOUND.values():
-        for info, (_, out_info, sym) in list(m.fast.items()):
-            entry = next(k for k in m.op.kernels if k.entry("forward").symbol == sym).entry("forward")
-
-            def fake(*args, _entry=entry):
-                library.launch(_entry, args[:-3], rt.DEFAULT_STREAM)
-                return 0
-            monkeypatch.setitem(m.fast, info, (fake, out_info, sym))
-            monkeypatch.setitem(m.host_fast, info.np, (fake, out_info, sym))
-
-
 def install_all(monkeypatch):
     """The fake runtime and the fake kernels together."""
     from . import fake_cuda
     cuda = fake_cuda.install(monkeypatch)
     kernels = install(monkeypatch)
-    _fake_entries(monkeypatch, kernels)
     return cuda, kernels

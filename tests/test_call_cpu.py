@@ -291,21 +291,23 @@ def test_full_slot_table_falls_back_to_a_buffer_per_call(fakes, rng, monkeypatch
 
 
 @needs_lib
-def test_device_broadcasts_take_a_cached_layout(fakes, rng):
+def test_device_broadcasts_take_a_cached_layout(fakes, rng, monkeypatch):
     """DeviceArrays of one dtype and broadcast shapes (a row bias, a channel bias, with a number)
-    go to the strided entry with a layout computed once per shapes; what does not broadcast, or
-    needs more than 8 dims, gets the general path's error."""
+    are classified once into a plan (the strided entry and its layout) and replayed; what does
+    not broadcast, or needs more than 8 dims, gets the general path's error."""
     from pyew import call
     x = rng.standard_normal((6, 4, 5)).astype(np.float32)
     row, chan = rng.standard_normal(5).astype(np.float32), rng.standard_normal((4, 1)).astype(np.float32)
     dx, drow, dchan = pyew.asarray(x), pyew.asarray(row), pyew.asarray(chan)
-    before = call.broadcast_plan.cache_info()
+    classified = []
+    prepare = call.prepare
+    monkeypatch.setattr(call, "prepare", lambda *a, **k: classified.append(a[0].name) or prepare(*a, **k))
     for _ in range(3):
         np.testing.assert_array_equal(pyew.add(dx, drow).get(), x + row)
         np.testing.assert_array_equal(pyew.mul(dchan, dx).get(), chan * x)
         np.testing.assert_array_equal(pyew.sub(dx, 0.25).get(), x - np.float32(0.25))
-    after = call.broadcast_plan.cache_info()
-    assert after.misses - before.misses <= 3 and after.hits - before.hits >= 6
+        np.testing.assert_array_equal(pyew.sub(dx, 0.75).get(), x - np.float32(0.75))   # another number: same plan
+    assert classified == ["add", "mul", "sub"]          # once each, then replayed from the plan
     y = pyew.asarray(x)
     assert pyew.add(y, drow, out=y) is y                       # in place over the big operand
     np.testing.assert_array_equal(y.get(), x + row)
@@ -416,3 +418,46 @@ def test_ops_know_their_ufunc_and_fixed_inputs(fakes):
     assert man.op("sqrt").ulp == 0 and man.op("sqrt").launch == "basic" and man.op("gelu").launch == "tuned"
     assert "Input condition is always bool" in pyew.where.__doc__
     assert "numpy's subtract." in pyew.sub.__doc__
+
+
+@needs_lib
+def test_one_dispatch_replays_plans_for_every_gpu_operand_kind(fakes, rng, monkeypatch):
+    """DeviceArrays, Python numbers, params and other libraries' GPU arrays (here a bare CUDA Array
+    Interface) are classified once per kind of call and replayed; a replayed call whose out=
+    overlaps an input in part, or whose number does not fit, gets the general path's error and
+    changes nothing."""
+    from pyew import call
+    a = rng.standard_normal(64).astype(np.float32)
+    x, keep = pyew.asarray(a), pyew.asarray(a)
+
+    class Foreign:
+        def __init__(self, d):
+            self.d = d
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": self.d.shape, "typestr": "<f4", "data": (self.d.ptr, False), "version": 3,
+                    "strides": None, "stream": 1}
+
+    classified = []
+    prepare = call.prepare
+    monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
+    for _ in range(3):
+        np.testing.assert_array_equal(pyew.add(x, x).get(), a + a)
+        np.testing.assert_array_equal(pyew.mul(x, 2.0).get(), a * np.float32(2))
+        np.testing.assert_array_equal(pyew.scale(x, alpha=3.0).get(), a * np.float32(3))
+        np.testing.assert_array_equal(pyew.sub(Foreign(keep), x).get(), np.zeros(64, np.float32))
+    assert classified == ["add", "mul", "scale", "sub"]
+    np.testing.assert_array_equal(pyew.scale(x, alpha=0.5).get(), a * np.float32(0.5))   # another param: a plan
+    assert classified[-1] == "scale"
+    xi = pyew.asarray(np.arange(64, dtype=np.int32))
+    pyew.add(xi, 1)
+    with pytest.raises(OverflowError, match="out of bounds for int32"):
+        pyew.add(xi, 2**40)                                 # the plan's number does not fit: the general error
+    with pytest.raises(ValueError, match="out overlaps input"):
+        pyew.add(keep[1:], keep[1:], out=keep[:-1])         # no plan yet: the general path's check
+    pyew.add(x[1:], x[1:])
+    with pytest.raises(ValueError, match="out overlaps input"):
+        pyew.add(x[1:], x[1:], out=x[:-1])                  # with the plan the call before made
+    np.testing.assert_array_equal(x.get(), a)
+    np.testing.assert_array_equal(keep.get(), a)

@@ -122,7 +122,7 @@ def test_compile_error_names_the_formula_not_the_source(nvrtc_ok):
 # ---- the cache ------------------------------------------------------------------------------------
 
 SCRIPT = textwrap.dedent("""
-    import json, warnings
+    import json, sys, warnings
     from pyew import dtypes as dt, fused, jit
     tree, names = fused.parse("tanh(x) * 3 + {k}")
     p = fused.Program(tree, (fused.Arg("x", True, dt.BY_NAME["float32"]),), "t")
@@ -131,7 +131,8 @@ SCRIPT = textwrap.dedent("""
         warnings.simplefilter("always")
         for _ in range(2):
             key, name, cubin = jit.cubin(p.source, jit.name_expression(need, "float", ["float"]), "sm_90", "t")
-    print(json.dumps(dict(jit.STATS, elf=cubin[:4] == b"\\x7fELF", warnings=[str(x.message) for x in w])))
+    print(json.dumps(dict(jit.STATS, elf=cubin[:4] == b"\\x7fELF", warnings=[str(x.message) for x in w],
+                          nvrtc_loaded="cuda.bindings.nvrtc" in sys.modules, cuda_core="cuda.core" in sys.modules)))
 """)
 
 
@@ -146,9 +147,25 @@ def run_script(cache, k=0.25):
 
 def test_disk_cache_serves_a_new_process(tmp_path, nvrtc_ok):
     first = run_script(tmp_path)
-    assert first["compiled"] == 1 and first["memory"] == 1 and first["elf"]
+    assert first["compiled"] == 1 and first["memory"] == 1 and first["elf"] and first["nvrtc_loaded"]
     second = run_script(tmp_path)
     assert second["compiled"] == 0 and second["disk"] == 1 and second["elf"]
+    assert not second["nvrtc_loaded"] and not second["cuda_core"], "a hit loads neither NVRTC nor cuda.core"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "stale"])
+def test_a_damaged_or_stale_toolchain_record_is_found_again(tmp_path, nvrtc_ok, damage):
+    """The record of NVRTC's version and the CUDA headers: unreadable, or naming a library whose
+    size or time changed, it is found again (loading NVRTC) and written back."""
+    import json
+    run_script(tmp_path)
+    record = tmp_path / "toolchain"
+    t = json.loads(record.read_text())
+    record.write_text("{not json" if damage == "garbage" else json.dumps(dict(t, nvrtc_stamp="1:2")))
+    again = run_script(tmp_path)
+    assert again["compiled"] == 0 and again["disk"] == 1 and again["nvrtc_loaded"]
+    assert json.loads(record.read_text()) == t
+    assert not run_script(tmp_path)["nvrtc_loaded"]
 
 
 def test_corrupt_entries_are_compiled_again(tmp_path, nvrtc_ok):

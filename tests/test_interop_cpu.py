@@ -86,7 +86,7 @@ def test_dlpack_import_passes_our_stream_and_owns_the_tensor(fake):
     t = FakeTensor(buf.ctypes.data, (2, 3), dt.BY_NAME["bfloat16"])
     d = interop.import_device(t, _S(), "op", "x")
     assert t.streams == [1], "the legacy default stream is passed as 1"
-    assert d.ptr == buf.ctypes.data and d.shape == (2, 3) and d._info is dt.BY_NAME["bfloat16"]
+    assert d.ptr == buf.ctypes.data and d.shape == (2, 3) and d.info is dt.BY_NAME["bfloat16"]
     assert dlpack.live_exports() == 1
     del d
     gc.collect()
@@ -117,11 +117,11 @@ def test_bool_through_the_cuda_array_interface_and_dlpack(fake):
     """numpy's bool_ travels as '|b1' (CAI) and as kDLBool, 8 bits (DLPack), both ways."""
     buf = np.array([True, False, True, True], dtype=bool)
     d = interop.import_device(FakeCAI(buf.ctypes.data, (4,), "|b1", stream=1), _S(), "op", "x")
-    assert d.dtype == np.bool_ and d._info is dt.BY_NAME["bool"] and d.shape == (4,)
+    assert d.dtype == np.bool_ and d.info is dt.BY_NAME["bool"] and d.shape == (4,)
     assert dlpack.dtype_code(dt.BY_NAME["bool"]) == (dlpack.KDL_BOOL, 8) == (6, 8)
     assert dlpack.dtype_of(6, 8, 1) is dt.BY_NAME["bool"]
     assert dlpack.dtype_of(dlpack.KDL_UINT, 8, 1) is None          # uint8 is not bool
     t = FakeTensor(buf.ctypes.data, (2, 2), dt.BY_NAME["bool"])
     d = interop.import_device(t, _S(), "op", "x")
-    assert d._info is dt.BY_NAME["bool"] and d.shape == (2, 2)
+    assert d.info is dt.BY_NAME["bool"] and d.shape == (2, 2)
     assert d.__cuda_array_interface__["typestr"] == "|b1"

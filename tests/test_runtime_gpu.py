@@ -150,7 +150,7 @@ def test_index_past_int32(rng):
     if info["free_memory"] < 3 * n * 2 + (1 << 30):
         pytest.skip("not enough GPU memory for 2^31 float16 elements")
     x = pyew.empty(n, "float16")
-    pyew.call.fill(x.ptr, n, x._info, int(np.array(1.5, np.float16).view(np.uint16)), pyew.runtime.DEFAULT_STREAM)
+    pyew.call.fill(x.ptr, n, x.info, int(np.array(1.5, np.float16).view(np.uint16)), pyew.runtime.DEFAULT_STREAM)
     chunks = [0, 2**31 - 4096, n - 3000]   # the head, across 2^31, the tail; disjoint
     host = {}
     for c in chunks:

@@ -120,19 +120,31 @@ def run_dot(run) -> None:
 
 
 def run_overhead(run) -> None:
-    """Host time per call of add on 1-element arrays (the GPU work negligible); the raw entry point is the floor."""
-    fns = functions(run, "overhead", "add")
+    """Host time per call on 1-element arrays (the GPU work negligible), pyew against its peers on the same
+    calls: two arrays, an array and a Python number, a row-bias broadcast, torch tensors; the raw entry is the floor."""
+    fns = functions(run, "overhead", "add", "mul")
     if fns is None:
         return
     x, y, z = asarray(np.array([1.25], np.float32)), asarray(np.array([-0.5], np.float32)), empty(1, "float32")
+    m = asarray(np.array([[1.25]], np.float32))
     # partials, not lambdas: every library's call is timed with the same one frame around it
-    calls = {"pyew": functools.partial(fns["add"], x, y), "pyew out=": functools.partial(fns["add"], x, y, out=z)}
+    add = functools.partial(fns["add"], x, y)
+    rows = {"add": {"pyew": add, "pyew out=": functools.partial(add, out=z)},
+            "mul by 0.5": {"pyew": functools.partial(fns["mul"], x, 0.5)},
+            "add (1,1)+(1,)": {"pyew": functools.partial(fns["add"], m, y)}}
     for case in map_cases(run.lib.manifest, ops=["add"], dtypes=["float32"]):
-        calls[f"{case.entry.symbol} ({'C extension' if run.lib.ext is not None else 'ctypes'})"] = functools.partial(
-            case.entry.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, *run.dev.dims)
-    calls |= {n: functools.partial(p.mod.add, p.wrap(x), p.wrap(y)) for n, p in run.peers.items() if p.gpu}
-    for impl, fn in calls.items():
-        run.measure("overhead", "add", "float32", 1, impl, functools.partial(host, fn, rt.synchronize))
+        rows["add"][f"{case.entry.symbol} ({'C extension' if run.lib.ext is not None else 'ctypes'})"] = \
+            functools.partial(case.entry.fn, z.ptr, x.ptr, y.ptr, 1, rt.DEFAULT_STREAM.handle, *run.dev.dims)
+    for name, p in ((n, p) for n, p in run.peers.items() if p.gpu):
+        mul = p.mod.mul if name == "torch" else p.mod.multiply
+        rows["add"][name] = functools.partial(p.mod.add, p.wrap(x), p.wrap(y))
+        rows["mul by 0.5"][name] = functools.partial(mul, p.wrap(x), 0.5)
+        rows["add (1,1)+(1,)"][name] = functools.partial(p.mod.add, p.wrap(m), p.wrap(y))
+        rows[f"add, {name} operands"] = {"pyew": functools.partial(fns["add"], p.wrap(x), p.wrap(y)),
+                                         name: rows["add"][name]}
+    for label, calls in rows.items():
+        for impl, fn in calls.items():
+            run.measure("overhead", label, "float32", 1, impl, functools.partial(host, fn, rt.synchronize))
 
 
 def run_interop(run) -> None:
@@ -191,7 +203,7 @@ SUITES = (
     Suite("relu_mask", "relu_mask_backward vs torch threshold_backward, 16x32x112x112 and 8x", run_relu_mask,
           _vs_torch("relu_mask", "relu_mask_backward vs PyTorch threshold_backward")),
     Suite("overhead", "host time per call on 1-element arrays, pyew vs torch vs CuPy", run_overhead,
-          (Table("Host time per call, add on 1-element float32 arrays (µs)", "overhead", ("us_per_call",),
+          (Table("Host time per call on 1-element float32 arrays (µs)", "overhead", ("us_per_call",),
                  keys=("name", "dtype"), ratio="us_per_call"),)),
     Suite("interop", "pyew.add on DeviceArray vs torch vs CuPy operands (host µs per call)", run_interop,
           (Table("Interop: GPU arrays of other libraries as operands (µs per call of pyew.add)", "interop",

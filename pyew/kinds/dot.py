@@ -41,14 +41,14 @@ class DotOp:
         ptrs = []
         for o in (ao, bo):
             d = call.on_device(o, s, keep)
-            if d._info is not info:
+            if d.info is not info:
                 d = cast(d, info, s)
                 keep.append(d)
             ptrs.append(d.ptr)
         work = Buffer(8, s)     # the float32/float64 sum; zeroed by the entry
         keep.append(work)
-        res = out if isinstance(out, DeviceArray) else DeviceArray._alloc((), info, s)
-        res._buf.used_on(s)
+        res = out if isinstance(out, DeviceArray) else DeviceArray.new((), info, s)
+        res.used_on(s)
         library.launch(entry, (res.ptr, work.ptr, *ptrs, ao.shape[0]), s)
         if device:
             return res

@@ -64,12 +64,12 @@ class ScatterAddOp:
                 k = int(got)
                 self._raise(k, int(i_dev[k].get(s)), length)
         s_dev = call.on_device(so, s, keep)
-        if s_dev._info is not info:
+        if s_dev.info is not info:
             s_dev = cast(s_dev, info, s)
             keep.append(s_dev)
         if device:
             target = do.value
-            target._buf.used_on(s)
+            target.used_on(s)
         else:
             target = call.on_device(do, s, keep)
         library.launch(entry, (target.ptr, length, i_dev.ptr, s_dev.ptr, n), s)

@@ -93,8 +93,8 @@ class UpsampleOp:
             raise ValueError(f"{op}: out overlaps the input")
         keep: list = []
         d = call.on_device(src, s, keep)
-        res = o if isinstance(o, DeviceArray) else DeviceArray._alloc(shape, src.info, s)
-        res._buf.used_on(s)
+        res = o if isinstance(o, DeviceArray) else DeviceArray.new(shape, src.info, s)
+        res.used_on(s)
         if res.size:
             library.launch(entry, (res.ptr, d.ptr, nc, h, w, oh, ow), s)
         return res if device else call.to_numpy(res, o, s)
