@@ -138,6 +138,7 @@ class Program:
                        f"    return ::ew::convert<{self.out.ctype}>({expr});\n  }}\n}};\n}}  // namespace ew_jit\n")
         self.in_types = in_t
         self.in_sizes = (ctypes.c_int * len(in_t))(*[a.info.itemsize for a in self.arrays])
+        self.in_sizes_at = ctypes.addressof(self.in_sizes)
         self.fmt = "<" + "".join("d" if _is_float(a) else "q" for a in self.scalars)
         self.slots: dict[str, jit.Slots] = {}
 
@@ -255,19 +256,18 @@ class Program:
         slots = self.slots.get(stream.ordinal)
         if slots is None:
             slots = self.slots[stream.ordinal] = jit.slots_for(stream.ordinal, lib.jit_slot_count)
-        arch = slots.arch
         ptrs = (ctypes.c_void_p * len(in_ptrs))(*in_ptrs)
+        lay_at = 0 if lay is None else ctypes.addressof(lay)
         for _ in range(4):
-            rc = lib.jit_map(ctypes.addressof(slots.table), self.tuning, ctypes.addressof(blob), n, out_ptr,
-                             ctypes.addressof(ptrs), len(in_ptrs), self.out.itemsize, ctypes.addressof(self.in_sizes),
-                             0 if lay is None else ctypes.addressof(lay), slots.overlap,
-                             ctypes.addressof(slots.need), stream.handle, *stream.dims)
+            rc = lib.jit_map(slots.table_at, self.tuning, ctypes.addressof(blob), n, out_ptr, ctypes.addressof(ptrs),
+                             len(in_ptrs), self.out.itemsize, self.in_sizes_at, lay_at, slots.overlap, slots.need_at,
+                             stream.handle, *stream.dims)
             if rc != jit.MISSING:
                 if rc:
                     lib.check(rc, f"formula {self.text!r}")
                 return
             expr = jit.name_expression(slots.need, self.out.ctype, self.in_types)
-            slots.table[int(slots.need[0])] = jit.kernel(self.source, expr, arch, self.text)
+            slots.table[int(slots.need[0])] = jit.kernel(self.source, expr, slots.arch, self.text)
         raise RuntimeError(f"formula {self.text!r}: libew kept asking for kernels")
 
 

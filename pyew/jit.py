@@ -122,10 +122,10 @@ def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
     its #include lines name them): a rebuilt library with changed ops or headers makes new keys."""
     h = hashlib.sha256()
     for d in dirs:
-        base = Path(d)
-        files = sorted(base.glob("*.cuh")) + [base / f for f in includes if (base / f).exists() and "/" in f]
-        for p in files:
-            h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes() + b"\0")
+        names = sorted(f for f in os.listdir(d) if f.endswith(".cuh"))
+        for name in names + [f for f in includes if "/" in f and os.path.exists(os.path.join(d, f))]:
+            with open(os.path.join(d, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 
@@ -414,6 +414,7 @@ class Slots:
     def __init__(self, count: int, arch: str, overlap: bool):
         self.table = (ctypes.c_void_p * count)()
         self.need = (ctypes.c_int64 * 16)()
+        self.table_at, self.need_at = ctypes.addressof(self.table), ctypes.addressof(self.need)
         self.arch = arch
         self.overlap = int(overlap)
 

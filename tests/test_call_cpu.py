@@ -299,6 +299,7 @@ def test_device_broadcasts_take_a_cached_layout(fakes, rng, monkeypatch):
     x = rng.standard_normal((6, 4, 5)).astype(np.float32)
     row, chan = rng.standard_normal(5).astype(np.float32), rng.standard_normal((4, 1)).astype(np.float32)
     dx, drow, dchan = pyew.asarray(x), pyew.asarray(row), pyew.asarray(chan)
+    call.plans().clear()
     classified = []
     prepare = call.prepare
     monkeypatch.setattr(call, "prepare", lambda *a, **k: classified.append(a[0].name) or prepare(*a, **k))
@@ -439,6 +440,7 @@ def test_one_dispatch_replays_plans_for_every_gpu_operand_kind(fakes, rng, monke
             return {"shape": self.d.shape, "typestr": "<f4", "data": (self.d.ptr, False), "version": 3,
                     "strides": None, "stream": 1}
 
+    call.plans().clear()                # plans of earlier tests' calls of these kinds
     classified = []
     prepare = call.prepare
     monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))

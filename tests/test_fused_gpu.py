@@ -57,9 +57,13 @@ def ref_eval(node, values: dict, seen=None):
             v = np.asarray(v).astype(want.np).astype(np.float64 if want.kind == "float" else v.__class__)
         arrays.append(np.asarray(v))
     r = reference.evaluate(op.ref, op.inputs, arrays, params, kd)
-    if out is not kd:          # casts and comparisons round where they stand
-        with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):
+        if out is not kd:          # casts and comparisons round where they stand
             r = np.asarray(r).astype(out.np)
+        elif kd.compute == "float":
+            # the kernel keeps a float32 value (of float32, float16 or bfloat16) between ops: an op
+            # after it that is not continuous (trunc, floor, a comparison) sees that value
+            r = np.asarray(r, np.float64).astype(np.float32).astype(np.float64)
     return np.asarray(r), out
 
 
