@@ -207,11 +207,6 @@ class DeviceArray:
         """The index of the GPU this array lives on."""
         return self._buf.stream.ordinal
 
-    @property
-    def fresh(self) -> bool:
-        """Memory pyew allocated (not imported from another library): writeable, freed by pyew."""
-        return type(self._buf) is Buffer
-
     def used_on(self, stream) -> None:
         """Work queued on `stream` uses this array: its memory is not freed before that work ran,
         and a consumer of it (DLPack, the CUDA Array Interface) waits for that stream."""

@@ -264,11 +264,17 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
 
 def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = None):
     """args with GPU arrays of other libraries imported as DeviceArrays (no copy; the call's stream
-    waits for the producer's), or None if any operand is host data or not an array at all."""
+    waits for the producer's), or None if any operand is host data, not an array at all, or on
+    another GPU than the stream's (the general path says which)."""
     out = []
     for i, a in enumerate(args):
         t = type(a)
-        if t is DeviceArray or t in _NUMBERS:
+        if t is DeviceArray:
+            if a.ordinal != stream.ordinal:
+                return None
+            out.append(a)
+            continue
+        if t in _NUMBERS:
             out.append(a)
             continue
         if t is np.ndarray or isinstance(a, (np.generic, list, tuple, complex)):

@@ -151,8 +151,9 @@ def several() -> bool:
 
 
 def only_one_gpu() -> bool:
-    """True once the runtime has counted exactly one GPU (the calls' short paths need no device
-    switch then); False before the first GPU use, without a GPU, or with several."""
+    """True once the runtime has counted exactly one GPU (the op functions then replay plans
+    themselves, without a device switch); False before the first GPU use, without a GPU, or with
+    several."""
     return gpus.count == 1
 
 

@@ -162,7 +162,7 @@ def test_scalar_only_calls(fakes):
 
 @needs_lib
 def test_the_common_device_call_keeps_the_streams_books(fakes, rng):
-    """DeviceArrays of one dtype and shape and nothing else (the short path): the result is
+    """DeviceArrays of one dtype and shape and nothing else (replayed plans): the result is
     allocated on the current stream and each input's buffer records the stream that used it, as on
     the general path; empty arrays, and calls off that path, still work."""
     a = rng.standard_normal(3001).astype(np.float32)
@@ -186,7 +186,7 @@ def test_the_common_device_call_keeps_the_streams_books(fakes, rng):
 
 @needs_lib
 def test_a_read_only_gpu_array_is_refused_as_out(fakes, rng):
-    """One GPU: DeviceArray inputs with a read-only import as out= leave the short path and get
+    """One GPU: DeviceArray inputs with a read-only import as out= leave the plan and get
     the general path's error; out keeps its contents."""
     from pyew import interop
     from pyew import runtime as rt
@@ -246,7 +246,7 @@ def test_python_numbers_keep_their_sign_and_inf_and_nan(fakes, rng):
 
 @needs_lib
 def test_python_numbers_off_the_short_path(fakes, rng):
-    """What the short path leaves to the general one gives numpy's answers and errors: promotion
+    """What plans leave to the general path gives numpy's answers and errors: promotion
     (an int32 array with 0.5, bfloat16 with 0.5), a float overflowing float32, ints beyond 2^53 or
     the dtype's range, a bool, out= of another dtype, or a shifted overlap."""
     i = np.arange(-50, 50, dtype=np.int32)
@@ -390,7 +390,7 @@ def test_where_converts_its_condition_and_promotes_only_the_values(fakes, rng):
         got = pyew.where(*args)
         assert got.dtype == want.dtype, (args, got.dtype, want.dtype)
         np.testing.assert_array_equal(got, want)
-    b = pyew.where(pyew.asarray(c), pyew.asarray(c), False)                    # all bool: the short path
+    b = pyew.where(pyew.asarray(c), pyew.asarray(c), False)                    # all bool: a plan
     np.testing.assert_array_equal(b.get(), c)
     # broadcasting, with the condition a row
     m = rng.standard_normal((5, 7)).astype(np.float32)

@@ -125,6 +125,8 @@ def test_streamed_numpy_calls_use_lanes_of_their_device(two, rng, transfer_limit
 def test_mixed_devices_are_refused_before_anything_runs(two, rng):
     cuda, _, launches = two
     x, y = on_gpu(np.ones(8, np.float32), 0), on_gpu(np.ones(8, np.float32), 1)
+    pyew.add(x, x), pyew.add(y, y), pyew.add(x, 1.0)     # plans of these kinds of call exist
+    launches.clear()
     held = cuda.device_bytes()
     for call in (lambda: pyew.add(x, y), lambda: pyew.add(y, x), lambda: pyew.add(x, 1.0, out=pyew.empty(8, device=1)),
                  lambda: pyew.mul(y, np.ones(8, np.float32), out=x)):
@@ -234,7 +236,7 @@ def test_out_pairs_and_host_pointers(two, rng):
 @needs_lib
 def test_a_read_only_gpu_array_is_refused_as_out(two, rng):
     """A read-only import (its producer said so) as out= of DeviceArrays on GPU 1: refused with the
-    general path's error, nothing written, also where the DeviceArray fast path would take it."""
+    general path's error, nothing written, also where a plan of the call's kind exists."""
     a = rng.standard_normal(64).astype(np.float32)
     x = on_gpu(a, 1)
     keep = on_gpu(np.full(64, 7, np.float32), 1)
