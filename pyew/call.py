@@ -231,11 +231,12 @@ class Plan:
     numbers(values, stream) turns the numbers of one call into what launch takes, or returns None where
     the general path must say what is wrong with them (a value out of its dtype's range);
     launch(out_ptr, array_ptrs, that, stream) queues the kernel."""
-    __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch")
+    __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host")
 
-    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch):
+    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
+        self.host = host        # numpy arrays in, a numpy result out: launch(in_ptrs, out_ptrs, stream)
 
 
 _plans: dict = {}
@@ -244,9 +245,9 @@ _PLANS_MAX = 4096
 
 
 def plan_key(target, args: Sequence, kw: dict | None = None):
-    """The key a call's plan is kept under, or None for a call that is not planned (numpy or other
-    host operands: they go through the transfer engine). GPU arrays of other libraries must have
-    been imported (plan_args) first."""
+    """The key a call's plan is kept under (a DeviceArray by its dtype row and shape, a C-ordered
+    numpy array by its numpy dtype and shape, a Python number by its type), or None for a call
+    that is not planned. GPU arrays of other libraries must have been imported (plan_args) first."""
     parts = [id(target)]
     for a in args:
         t = type(a)
@@ -255,6 +256,9 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
             parts.append(a.shape)
         elif t is float or t is int or t is bool:
             parts.append(t)
+        elif t is np.ndarray and a.flags.c_contiguous:
+            parts.append(a.dtype)
+            parts.append(a.shape)
         else:
             return None
     if kw:
@@ -264,8 +268,8 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
 
 def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = None):
     """args with GPU arrays of other libraries imported as DeviceArrays (no copy; the call's stream
-    waits for the producer's), or None if any operand is host data, not an array at all, or on
-    another GPU than the stream's (the general path says which)."""
+    waits for the producer's), numpy arrays as they are, or None if any operand is other host data,
+    not an array at all, or on another GPU than the stream's (the general path says which)."""
     out = []
     for i, a in enumerate(args):
         t = type(a)
@@ -274,10 +278,10 @@ def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = Non
                 return None
             out.append(a)
             continue
-        if t in _NUMBERS:
+        if t in _NUMBERS or t is np.ndarray:
             out.append(a)
             continue
-        if t is np.ndarray or isinstance(a, (np.generic, list, tuple, complex)):
+        if isinstance(a, (np.ndarray, np.generic, list, tuple, complex)):
             return None
         d = interop.import_device(a, stream, op, names[i] if names else f"#{i}")
         if d is None:
@@ -308,6 +312,8 @@ def replay(plan: Plan, args: Sequence, out, stream):
     """Run a plan on a call's arguments (of its key), or None where the general path must run it:
     an out= that does not fit or overlaps an input in part, numbers out of range (the general
     path then raises with its message; nothing was queued or written)."""
+    if plan.host:
+        return _replay_host(plan, args, out, stream)
     if plan.numbers_at:
         got = plan.numbers([args[i] for i in plan.numbers_at], stream)
         if got is None:
@@ -333,6 +339,21 @@ def replay(plan: Plan, args: Sequence, out, stream):
     if plan.n:
         plan.launch(res.ptr, ptrs, got, stream)
     return res
+
+
+def _replay_host(plan: Plan, args: Sequence, out, stream):
+    """A small call on numpy arrays: its inputs up, the kernel and the result back in one shot
+    through the transfer engine's small buffer; None where it does not fit that (the general path
+    then streams it)."""
+    if out is not None:
+        return None
+    nbytes = plan.n * plan.out_info.itemsize
+    for i in plan.arrays:
+        nbytes += args[i].nbytes
+    if not 0 < nbytes <= transfer.small_bytes():
+        return None
+    res = np.empty(plan.shape, plan.out_info.np)
+    return res if transfer.one_shot(args, (res,), plan.launch, stream) else None
 
 
 # ---- launching elementwise work -----------------------------------------------------------------------

@@ -463,3 +463,34 @@ def test_one_dispatch_replays_plans_for_every_gpu_operand_kind(fakes, rng, monke
         pyew.add(x[1:], x[1:], out=x[:-1])                  # with the plan the call before made
     np.testing.assert_array_equal(x.get(), a)
     np.testing.assert_array_equal(keep.get(), a)
+
+
+@needs_lib
+def test_small_numpy_calls_replay_a_host_plan(fakes, rng, monkeypatch):
+    """numpy arrays of the kernel's dtype and one shape: classified once, then each call goes up,
+    through the kernel and back in one shot; what a host plan does not cover (a big call, out=, a
+    number, a byte order not the machine's) goes through the general path."""
+    from pyew import call
+    call.plans().clear()
+    a = rng.standard_normal(37).astype(np.float32)
+    b = rng.standard_normal(37).astype(np.float32)
+    classified = []
+    prepare = call.prepare
+    monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
+    for _ in range(3):
+        np.testing.assert_array_equal(pyew.add(a, b), a + b)
+        got = pyew.sigmoid(a)
+        np.testing.assert_allclose(got, 1 / (1 + np.exp(-a.astype(np.float64))), rtol=1e-6)
+    assert classified == ["add", "sigmoid"]
+    o = np.full(37, np.nan, np.float32)
+    assert pyew.add(a, b, out=o) is o
+    np.testing.assert_array_equal(o, a + b)
+    with pytest.raises(TypeError, match="which pyew does not support"):
+        pyew.add(a.astype(">f4"), b)                                    # a key of its own: not the plan's
+    np.testing.assert_array_equal(pyew.add(a, 2.0), a + np.float32(2))
+    old = pyew.set_transfer_limits(small_bytes=64)
+    try:
+        np.testing.assert_array_equal(pyew.add(a, b), a + b)            # too big for one shot: streamed
+    finally:
+        pyew.set_transfer_limits(**old)
+    assert classified.count("add") == 5

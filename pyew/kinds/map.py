@@ -9,7 +9,7 @@ import numpy as np
 from .. import call, interop, library
 from .. import runtime as rt
 from ..array import DeviceArray
-from ..operands import DEVICE, SCALAR, weak_scalar_bits
+from ..operands import DEVICE, HOST, SCALAR, weak_scalar_bits
 from . import OUT_STREAM, P, binder, make_function, positional
 
 
@@ -47,7 +47,7 @@ class MapOp:
         if isinstance(o, DeviceArray):
             p.device = True
             call.check_alias(o, p.operands, self.name)
-        if key is not None and p.device:
+        if key is not None and (p.device or out is None):
             plan = self._plan(p, pvals)
             if plan is not None:
                 call.keep_plan(key, plan)
@@ -68,6 +68,8 @@ class MapOp:
         from their GPU's slot for each value (runtime.constant)."""
         kernel = p.kernel
         wants = call.input_dtypes(kernel, len(p.operands))
+        if not p.device:
+            return self._host_plan(p, pvals, wants)
         arrays, numbers_at = [], []
         for i, (o, want) in enumerate(zip(p.operands, wants)):
             if o.kind == DEVICE:
@@ -121,6 +123,18 @@ class MapOp:
                 return
             library.launch(strided, (out_ptr, *full, n, *pvals, at_layout), s)
         return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, broadcast)
+
+    def _host_plan(self, p: call.Prepared, pvals: tuple, wants) -> call.Plan | None:
+        """The plan of a call on numpy arrays of the kernel's dtypes and the result's shape, none
+        broadcast: replayed in one shot when it is small (call.replay), else streamed as now."""
+        if not all(o.kind == HOST and o.info is w and o.value.dtype == w.np and o.shape == p.shape
+                   for o, w in zip(p.operands, wants)):
+            return None
+        forward, n = p.kernel.entry("forward"), math.prod(p.shape)
+
+        def one_shot(in_ptrs, out_ptrs, s):
+            library.launch(forward, (out_ptrs[0], *in_ptrs, n, *pvals), s)
+        return call.Plan(self, p.shape, p.kernel.out_dtype, range(len(p.operands)), (), None, one_shot, host=True)
 
     def function(self):
         """The op's Python function: on one GPU, a call whose plan is known replays it from here,
