@@ -184,6 +184,9 @@ def test_simulated_run(gpu, tmp_path, capsys):
     p = next(r for r in doc["rows"] if r["suite"] == "numpy" and r["name"] == "add" and r["impl"] == "pyew"
              and r["dtype"] == "float32" and r["n"] == 1 << 10)
     assert p["floor_ratio"] > 0 and p["bytes"] == 12 << 10
+    stage = next(r for r in doc["rows"] if r["suite"] == "pcie" and r["name"] == "host copy into pinned")
+    pcie = next(r for r in doc["rows"] if r["suite"] == "pcie" and r["name"] == "pinned both ways")
+    assert stage["gbps"] > 0 and p["floor_ms"] == pytest.approx(p["bytes"] / (min(stage["gbps"], pcie["gbps"]) * 1e6))
     assert ("numpy", "add", "float16", 1 << 12, "numpy") in got
     assert ("numpy", "gelu", "float16", 1 << 12, "torch") in got
     assert not any(k[0] == "numpy" and k[2] not in ("float32", "float16") for k in got)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from .. import dtypes as dt
 from .. import kinds, transfer
@@ -96,6 +99,27 @@ def pcie(run) -> None:
         rt.synchronize()
         for free, items in ((rt.host_free, hosts), (lambda d: rt.free(d, s), devs), (rt.destroy_stream, lanes)):
             list(map(free, items))
+    host_copy(run)
+
+
+def host_copy(run) -> None:
+    """Pageable numpy data copied into page-locked memory by as many threads as the transfer engine
+    has workers: the staging rate, the other half of a numpy call's floor."""
+    n, k, ptr = BW_BYTES // 4, transfer.transfer_limits()["threads"], 0
+    try:
+        src, ptr = np.ones(n, np.float32), rt.host_alloc(4 * n)
+        dst = np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
+        parts = [slice(i * n // k, (i + 1) * n // k) for i in range(k)]
+        with ThreadPoolExecutor(k) as pool:
+            def copy():
+                list(pool.map(lambda sl: np.copyto(dst[sl], src[sl]), parts))
+            run.measure("pcie", "host copy into pinned", None, 4 * n, f"{k} threads", functools.partial(host, copy),
+                        bytes=4 * n)
+    except Exception as e:
+        run.failed("numpy: host copy rate", e)
+    finally:
+        if ptr:
+            rt.host_free(ptr)
 
 
 def main(run, table) -> None:
@@ -128,7 +152,10 @@ def main(run, table) -> None:
 
 def measure_case(run, table, case, n, xs) -> None:
     cpu_max = run.args.cpu_peers_max or CPU_PEERS_MAX
-    floor = next((r["gbps"] for r in run.rows if r["suite"] == "pcie" and r["name"] == "pinned both ways"), None)
+    # the pageable floor: the call's bytes over the slower of PCIe both ways and the host's staging copies
+    rates = [r["gbps"] for r in run.rows if r["suite"] == "pcie" and r.get("gbps")
+             and r["name"] in ("pinned both ways", "host copy into pinned")]
+    floor = min(rates) if rates else None
     fns = {"pyew": functools.partial(table[case.name], **case.params)}
     for name, peer in run.peers.items():
         fn, why = peer.op(case)
@@ -151,7 +178,8 @@ def measure_case(run, table, case, n, xs) -> None:
 SUITES = (Suite(
     "numpy", "numpy in/out wall clock: every default op f32/f16 at 2^20..2^28 vs numpy, numexpr, torch, CuPy; "
     "pinned bandwidth and floor; crossover; 16-element calls", run_numpy, (
-        Table("Pinned host <-> device bandwidth (CUDA events)", "pcie", ("gbps",), keys=("name", "n")),
+        Table("Pinned host <-> device bandwidth (CUDA events) and the host's copy rate into pinned memory",
+              "pcie", ("gbps",), keys=("name", "n")),
         Table("Small calls: numpy in, numpy out (µs per call; target ≤ 50 µs)", "small", ("us_per_call",),
               ("pyew", "torch", "cupy"), ratio="us_per_call"),
         Table("Crossover: one shot vs streamed (sigmoid float32, numpy in and out, µs per call)", "crossover",
@@ -159,4 +187,5 @@ SUITES = (Suite(
               text="The transfer engine's small_bytes (one shot below it) is chosen from where streamed wins."),
         Table("numpy in, numpy out (per call)", "numpy", ("ms",), ("pyew", "numpy", "numexpr", "torch", "cupy"),
               fields=("floor_ms", "floor_ratio"),
-              text="The floor: the call's bytes (inputs + output) over the pinned both-ways bandwidth."))),)
+              text="The floor: the call's bytes (inputs + output) over the slower of the pinned both-ways "
+              "bandwidth and the host's multi-threaded copy rate into pinned memory."))),)

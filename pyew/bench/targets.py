@@ -67,6 +67,18 @@ GPU_F, OFFSET = lambda r: bool(r["n"]), lambda r: r.get("offset")               
 UNARY = lambda r: r["dtype"] in ("float32", "float16", "bfloat16") and r.get("arity") == 1 \
     and r.get("out_dtype") == r["dtype"]                                                       # noqa: E731
 AT_26 = lambda name=None: lambda r: (r["dtype"], r["n"]) == ("float32", 1 << 26) and name in (None, r["name"])  # noqa
+SIG_ADD = lambda r: r["dtype"] == "float32" and r["name"] in ("sigmoid", "add")                  # noqa: E731
+
+
+def _one_input_times(R) -> dict:
+    """(n, dtype) -> pyew's times of the one-input ops in the numpy suite."""
+    groups: dict = {}
+    for r in R.rows:
+        if r.get("suite") == "numpy" and r.get("impl") == "pyew" and r.get("arity") == 1 and r.get("ms"):
+            groups.setdefault((r["n"], r["dtype"]), []).append(r["ms"])
+    return groups
+
+
 CHECKS = (
     ("unary ops f32/f16/bf16 at the largest size: >= 97% of the copy ceiling",
      value("map", "pct_copy", 97.0, "%", UNARY, low=True)),
@@ -86,6 +98,13 @@ CHECKS = (
      within("overhead", "torch", 1.0, field="us_per_call")),
     ("numpy in/out: sigmoid float32 2^26 <= 15 ms", value("numpy", "ms", 15.0, " ms", AT_26("sigmoid"))),
     ("numpy in/out: add float32 2^26 <= numexpr's time", faster("numpy", "numexpr", 1.0, AT_26("add"))),
+    ("numpy in/out: sigmoid and add float32 from 2^20: within 2x of the pageable floor",
+     value("numpy", "floor_ratio", 2.0, "x", lambda r: SIG_ADD(r) and r["n"] >= 1 << 20)),
+    ("numpy in/out: sigmoid and add float32 faster than PyTorch's and CuPy's round trips at every size",
+     lambda R: both(faster("numpy", "torch", 1.0, SIG_ADD)(R), faster("numpy", "cupy", 1.0, SIG_ADD)(R))),
+    ("numpy in/out: no one-input op over 1.5x another's time (same size and dtype)", lambda R: worst(
+        [(max(g) / min(g), f"{d} 2^{n.bit_length() - 1}") for (n, d), g in _one_input_times(R).items() if len(g) > 1],
+        1.5, low=False, what="slowest / fastest: ")),
     ("numpy in/out: every one-input default op faster than numexpr (float32, 2^26)",
      faster("numpy", "numexpr", 1.0 + 1e-9, lambda r: AT_26()(r) and r.get("arity") == 1 and r.get("default"))),
     ("small calls (16 float32 elements, numpy in/out) <= 50 µs", value("small", "us_per_call", 50.0, " µs")),
