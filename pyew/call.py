@@ -262,7 +262,16 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
         else:
             return None
     if kw:
-        parts.append(tuple((k, type(v), v) for k, v in kw.items()))
+        given = []
+        for k, v in kw.items():
+            t = type(v)
+            if t is float:
+                given.append((k, t, v.hex()))      # -0.0 apart from 0.0, and NaN equal to itself
+            elif t is int or t is bool:
+                given.append((k, t, v))
+            else:
+                return None
+        parts.append(tuple(given))
     return tuple(parts)
 
 

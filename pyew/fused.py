@@ -307,6 +307,13 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
 
 
 def _run(tree, values: dict, text: str, out, stream, names):
+    try:
+        return _run_fused(tree, values, text, out, stream, names)
+    except jit.Unavailable as e:     # NVRTC gone since its record was made: nothing ran or was written
+        return _op_by_op(tree, values, text, out, stream, str(e))
+
+
+def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     dev = call.plan_args(vals, s, text, names)
@@ -339,7 +346,7 @@ def _run(tree, values: dict, text: str, out, stream, names):
     if isinstance(o, DeviceArray):
         device = True
         call.check_alias(o, arrays, text)
-    if key is not None and device:
+    if key is not None and device and all(a.kind == DEVICE for a in arrays):
         plan = _plan(tree, prog, operands, shape, blob)
         call.keep_plan(key, plan)
         res = call.replay(plan, vals, o, s)

@@ -11,8 +11,9 @@ An entry that does not read back as pyew's (a corrupt or truncated file) is comp
 processes compiling one kernel at once both succeed, and one of the two identical entries stays.
 
 A kernel read from the disk cache neither loads NVRTC nor imports cuda.core: NVRTC's version and
-the CUDA headers' folder are remembered in the cache folder (the file `toolchain`), checked against
-the NVRTC library's and cuda_fp16.h's size and time, and only found again when either changed.
+the CUDA headers' folder are remembered in the cache folder (a file `toolchain-<environment>` for
+each Python environment and CUDA_HOME), checked against the NVRTC library's and cuda_fp16.h's size
+and time, and only found again when either changed.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import struct
+import sys
 import tempfile
 import threading
 import warnings
@@ -123,7 +125,16 @@ def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for d in dirs:
         names = sorted(f for f in os.listdir(d) if f.endswith(".cuh"))
-        for name in names + [f for f in includes if "/" in f and os.path.exists(os.path.join(d, f))]:
+        todo, seen = [f for f in includes if "/" in f], set()
+        while todo:                  # the op headers a kernel includes, and those they include (add_relu: relu)
+            name = todo.pop()
+            path = os.path.join(d, name)
+            if name in seen or not os.path.exists(path):
+                continue
+            seen.add(name)
+            with open(path) as f:
+                todo += [i for i in _INCLUDE.findall(f.read()) if "/" in i]
+        for name in names + sorted(seen):
             with open(os.path.join(d, name), "rb") as f:
                 h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
@@ -247,7 +258,7 @@ def toolchain() -> dict:
     global _toolchain
     if _toolchain is not None:
         return _toolchain
-    record = cache_dir() / "toolchain"
+    record = cache_dir() / f"toolchain-{_environment()}"
     try:
         t = json.loads(record.read_text())
         fp16 = os.path.join(t["include"], "cuda_fp16.h")
@@ -271,6 +282,14 @@ def toolchain() -> dict:
         except OSError:
             pass                     # not recorded: the next process finds it again
     return t
+
+
+def _environment() -> str:
+    """What decides which NVRTC and CUDA headers a process finds (cuda-pathfinder's search: the
+    Python environment's wheels, CUDA_HOME / CUDA_PATH, the loader's path): one record for each,
+    so environments sharing a cache folder do not take each other's."""
+    parts = (sys.prefix, *(os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _nvrtc_library() -> str | None:

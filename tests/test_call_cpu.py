@@ -494,3 +494,21 @@ def test_small_numpy_calls_replay_a_host_plan(fakes, rng, monkeypatch):
     finally:
         pyew.set_transfer_limits(**old)
     assert classified.count("add") == 5
+
+
+@needs_lib
+def test_plans_keep_numbers_alone_and_params_apart(fakes, rng):
+    """Python numbers alone stay a numpy call even after one with a GPU out=; a param's -0.0 is not
+    its 0.0, NaN finds its own plan, and a param of the wrong type gets its error."""
+    o = pyew.empty((), "float64")
+    pyew.add(1.0, 2.0, out=o)
+    r = pyew.add(1.0, 2.0)
+    assert isinstance(r, np.ndarray) and r == 3.0
+    x = pyew.asarray(np.array([1.0, -2.0], np.float32))
+    for alpha in (0.0, -0.0, 0.0, float("nan"), float("nan")):
+        got = pyew.scale(x, alpha=alpha).get()
+        want = np.array([1.0, -2.0], np.float32) * np.float32(alpha)
+        np.testing.assert_array_equal(got, want)
+        assert (np.signbit(got) == np.signbit(want)).all(), alpha
+    with pytest.raises(TypeError, match="must be a float"):
+        pyew.scale(x, alpha=[1.0])

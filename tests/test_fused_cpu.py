@@ -159,7 +159,7 @@ def test_a_damaged_or_stale_toolchain_record_is_found_again(tmp_path, nvrtc_ok, 
     size or time changed, it is found again (loading NVRTC) and written back."""
     import json
     run_script(tmp_path)
-    record = tmp_path / "toolchain"
+    [record] = tmp_path.glob("toolchain-*")
     t = json.loads(record.read_text())
     record.write_text("{not json" if damage == "garbage" else json.dumps(dict(t, nvrtc_stamp="1:2")))
     again = run_script(tmp_path)
@@ -228,3 +228,44 @@ def test_without_nvrtc_formulas_run_op_by_op_and_say_why_once(fakes, monkeypatch
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(x, w), 1)))
     np.testing.assert_array_equal(again, pyew.sub(pyew.sigmoid(x), w))
+
+
+def test_nvrtc_lost_after_its_record_falls_back_op_by_op(fakes, monkeypatch, rng):
+    """A toolchain record can outlive the NVRTC it names: a kernel that cannot be compiled then
+    runs the formula op by op, and nothing was written first."""
+    def gone(*args, **kw):
+        raise jit.Unavailable("NVRTC is not available (gone for the test)")
+    monkeypatch.setattr(jit, "unavailable", lambda: None)
+    monkeypatch.setattr(fused.Program, "launch_ptrs", gone)
+    monkeypatch.setattr(fused, "_fallback_warned", True)
+    x = rng.uniform(-2, 2, 50).astype(np.float32)
+    d = pyew.asarray(x)
+    for _ in range(2):
+        got = pyew.evaluate("x * 3 + 1", local_dict={"x": d})
+        np.testing.assert_array_equal(got.get(), pyew.add(pyew.mul(x, 3), 1))
+
+
+def test_formulas_mixing_numpy_and_gpu_arrays_run_every_call(fakes, nvrtc_ok, rng):
+    """numpy operands with GPU ones: uploaded each call (no GPU plan holds them), also into a GPU out=."""
+    x = rng.standard_normal(40).astype(np.float32)
+    y = rng.standard_normal(40).astype(np.float32)
+    d = pyew.asarray(x)
+    for _ in range(3):
+        np.testing.assert_allclose(pyew.evaluate("a + b * 2", local_dict={"a": d, "b": y}).get(), x + y * 2, rtol=1e-6)
+    o = pyew.empty(40, "float32")
+    for _ in range(2):
+        assert pyew.evaluate("b * 2", local_dict={"b": y}, out=o) is o
+        np.testing.assert_array_equal(o.get(), y * 2)
+
+
+def test_the_header_digest_follows_op_headers_into_the_ops_they_include(tmp_path):
+    (tmp_path / "fn").mkdir()
+    (tmp_path / "ew.cuh").write_text("// libew\n")
+    (tmp_path / "fn" / "add_relu.cuh").write_text('#include "fn/relu.cuh"\n// add_relu\n')
+    (tmp_path / "fn" / "relu.cuh").write_text("// relu v1\n")
+    before = jit.headers_digest.__wrapped__((str(tmp_path),), ("fn/add_relu.cuh",))
+    (tmp_path / "fn" / "relu.cuh").write_text("// relu v2\n")
+    assert jit.headers_digest.__wrapped__((str(tmp_path),), ("fn/add_relu.cuh",)) != before
+    (tmp_path / "fn" / "unused.cuh").write_text("// not included\n")
+    assert jit.headers_digest.__wrapped__((str(tmp_path),), ("fn/add_relu.cuh",)) == \
+        jit.headers_digest.__wrapped__((str(tmp_path),), ("fn/add_relu.cuh",))

@@ -80,6 +80,8 @@ class MapOp:
                 numbers_at.append(i)
             else:
                 return None
+        if not arrays:              # numbers alone (a GPU out= made it a GPU call): the general path
+            return None
         out_info, shape = kernel.out_dtype, p.shape
         if not numbers_at and all(o.shape == shape for o in p.operands):
             forward, n = kernel.entry("forward"), math.prod(shape)
