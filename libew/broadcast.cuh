@@ -251,15 +251,21 @@ cudaError_t plan_strided(StridedPlan<K>& p, int N, int64_t n, const int64_t* lay
   return cudaSuccess;
 }
 
+// plan_strided over typed operands: their pointers and element sizes taken from the arguments.
+template <int K, typename Out, typename... In>
+cudaError_t plan_strided_of(StridedPlan<K>& p, int N, int64_t n, const int64_t* layout, const Out* out,
+                            const In*... in) {
+  const void* ptrs[K > 0 ? K : 1] = {static_cast<const void*>(in)...};
+  const int sizes[K > 0 ? K : 1] = {int(sizeof(In))...};
+  return plan_strided<K>(p, N, n, layout, out, int(sizeof(Out)), ptrs, sizes);
+}
+
 template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map_strided(const Launch& l, const F& f, int64_t n, const int64_t* layout, Out* out,
                                const In*... in) {
-  constexpr int K = sizeof...(In);
   constexpr int N = max_pack<Out, In...>();
-  const void* ptrs[K > 0 ? K : 1] = {static_cast<const void*>(in)...};
-  const int sizes[K > 0 ? K : 1] = {int(sizeof(In))...};
-  StridedPlan<K> p;
-  const cudaError_t e = plan_strided<K>(p, N, n, layout, out, int(sizeof(Out)), ptrs, sizes);
+  StridedPlan<sizeof...(In)> p;
+  const cudaError_t e = plan_strided_of(p, N, n, layout, out, in...);
   if (e != cudaSuccess || n == 0) return e;
   const int grid = grid_size(p.work, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
   const bool i32 = p.small && map_fits_i32<Tn, 1>(p.work, grid);

@@ -82,12 +82,9 @@ cudaError_t launch_map_basic(const Launch& l, const F& f, int64_t n, Out* out, c
 template <class Tn = DefaultTuning, typename F, typename Out, typename... In>
 cudaError_t launch_map_strided_basic(const Launch& l, const F& f, int64_t n, const int64_t* layout, Out* out,
                                      const In*... in) {
-  constexpr int K = sizeof...(In);
   constexpr int N = max_pack<Out, In...>();
-  const void* ptrs[K > 0 ? K : 1] = {static_cast<const void*>(in)...};
-  const int sizes[K > 0 ? K : 1] = {int(sizeof(In))...};
-  StridedPlan<K> p;
-  cudaError_t e = plan_strided<K>(p, N, n, layout, out, int(sizeof(Out)), ptrs, sizes);
+  StridedPlan<sizeof...(In)> p;
+  cudaError_t e = plan_strided_of(p, N, n, layout, out, in...);
   if (e != cudaSuccess || n == 0) return e;
   int grid = grid_size(p.work, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
   if (p.small && map_fits_i32<Tn, 1>(p.work, grid)) {
@@ -100,7 +97,7 @@ cudaError_t launch_map_strided_basic(const Launch& l, const F& f, int64_t n, con
   // Past 32-bit offsets: one element per thread (the element layout is the plan of 1-element packs,
   // whose inner_one the elements kernel does not read).
   if (p.packs) {
-    e = plan_strided<K>(p, 1, n, layout, out, int(sizeof(Out)), ptrs, sizes);
+    e = plan_strided_of(p, 1, n, layout, out, in...);
     if (e != cudaSuccess) return e;
     grid = grid_size(p.work, Tn::kUnroll, l, Tn::kBlock, Tn::kWaves);
   }

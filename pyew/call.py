@@ -240,7 +240,7 @@ class Plan:
 
 
 _plans: dict = {}
-_NUMBERS = (float, int, bool)
+NUMBERS = (float, int, bool)      # the Python number types a plan takes, keyed by type
 _PLANS_MAX = 4096
 
 
@@ -287,7 +287,7 @@ def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = Non
                 return None
             out.append(a)
             continue
-        if t in _NUMBERS or t is np.ndarray:
+        if t in NUMBERS or t is np.ndarray:
             out.append(a)
             continue
         if isinstance(a, (np.ndarray, np.generic, list, tuple, complex)):

@@ -95,3 +95,23 @@ def busy_torch_stream(torch, n: int, sleep_cycles: int):
         torch.cuda._sleep(sleep_cycles)
         x.fill_(3.0)
         yield side, x
+
+
+def filled(n, dtype: str, value):
+    """A DeviceArray of n elements of dtype, each `value`, filled on the GPU (no host copy of a
+    large array)."""
+    import pyew
+    a = pyew.empty(n, dtype)
+    info = dt.BY_NAME[dtype]
+    bits = int(np.array(value, info.np).view(f"u{info.itemsize}"))
+    pyew.call.fill(a.ptr, n, info, bits, pyew.runtime.DEFAULT_STREAM)
+    return a
+
+
+def free_memory_for(nbytes: int) -> None:
+    """Skip the test unless the GPU has nbytes free (and 1 GiB more) once the pool is trimmed."""
+    import pyew
+    pyew.synchronize()
+    pyew.runtime.trim_pool()
+    if pyew.device_info()["free_memory"] < nbytes + (1 << 30):
+        pytest.skip(f"not enough GPU memory for {nbytes >> 30} GiB")

@@ -13,7 +13,7 @@ import pyew
 from pyew import dtypes as dt
 from pyew import library
 
-from .helpers import params_of, poison, random_array
+from .helpers import filled, free_memory_for, params_of, poison, random_array
 from .reference import assert_matches, evaluate
 from .special_ref import bits_of
 
@@ -176,29 +176,14 @@ def test_strided_entry_refuses_bad_layouts():
 
 # ---- past 2^31 elements: the 64-bit index paths --------------------------------------------------------
 
-def _filled(n, dtype, value):
-    a = pyew.empty(n, dtype)
-    info = dt.BY_NAME[dtype]
-    bits = int(np.array(value, info.np).view(f"u{info.itemsize}"))
-    pyew.call.fill(a.ptr, n, info, bits, pyew.runtime.DEFAULT_STREAM)
-    return a
-
-
-def _free_memory_for(nbytes):
-    pyew.synchronize()
-    pyew.runtime.trim_pool()
-    if pyew.device_info()["free_memory"] < nbytes + (1 << 30):
-        pytest.skip(f"not enough GPU memory for {nbytes >> 30} GiB")
-
-
 @pytest.mark.slow
 def test_misaligned_view_and_row_bias_past_2_31(rng):
     """relu on a float16 view 3 elements into its buffer (the straddling loads) and a row bias
     (the strided packs kernel) over more than 2^31 elements, checked at the head, across 2^31 and
     at the tail."""
     n = 2**31 + 77
-    _free_memory_for(3 * 2 * n)
-    x = _filled(n + 3, "float16", -1.5)
+    free_memory_for(3 * 2 * n)
+    x = filled(n + 3, "float16", -1.5)
     chunks = {c: random_array(rng, 8192, "float16") for c in (0, 2**31 - 4096, n - 8192)}
     for c, h in chunks.items():
         pyew.runtime.copy_htod(x.ptr + 2 * (c + 3), h.ctypes.data, h.nbytes, pyew.runtime.DEFAULT_STREAM.cu)
@@ -209,8 +194,8 @@ def test_misaligned_view_and_row_bias_past_2_31(rng):
     assert np.all(y[2**30:2**30 + 4096].get() == 0)
     del x, y
     rows, w = 2**31 // 4096 + 1, 4096
-    _free_memory_for(2 * 2 * rows * w)
-    xs, b = _filled(rows * w, "float16", 0.5).reshape(rows, w), random_array(rng, w, "float16")
+    free_memory_for(2 * 2 * rows * w)
+    xs, b = filled(rows * w, "float16", 0.5).reshape(rows, w), random_array(rng, w, "float16")
     out = pyew.add(xs, pyew.asarray(b))
     for r in (0, 2**31 // w - 1, 2**31 // w, rows - 1):
         np.testing.assert_array_equal(out[r].get(), (np.float16(0.5) + b).astype(np.float16), err_msg=f"row {r}")

@@ -11,7 +11,7 @@ import pytest
 import pyew
 
 from . import reference
-from .helpers import poison, random_array
+from .helpers import filled, free_memory_for, poison, random_array
 
 pytestmark = pytest.mark.gpu
 
@@ -146,21 +146,6 @@ def test_bool_arrays_through_dlpack_and_the_cuda_array_interface(rng, torch_cuda
     np.testing.assert_array_equal(w.get(), t.cpu().numpy().astype(np.float32))
 
 
-def _filled(n, dtype, value):
-    a = pyew.empty(n, dtype)
-    info = pyew.dtypes.BY_NAME[dtype]
-    bits = int(np.array(value, info.np).view(f"u{info.itemsize}"))
-    pyew.call.fill(a.ptr, n, info, bits, pyew.runtime.DEFAULT_STREAM)
-    return a
-
-
-def _free_memory_for(nbytes):
-    pyew.synchronize()
-    pyew.runtime.trim_pool()
-    if pyew.device_info()["free_memory"] < nbytes + (1 << 30):
-        pytest.skip(f"not enough GPU memory for {nbytes >> 30} GiB")
-
-
 @pytest.mark.slow
 def test_basic_launch_past_2_29_and_2_31(rng):
     """The basic launch (libew/map_basic.cuh): a contiguous call past 2^29 elements runs as launches
@@ -168,8 +153,8 @@ def test_basic_launch_past_2_29_and_2_31(rng):
     head, across each launch's edge and 2^31, and at the tail; a broadcast whose offsets pass 2^31
     takes the 64-bit elements kernel."""
     n = 2**31 + 77
-    _free_memory_for(2 * n)
-    x = _filled(n + 3, "bool", True)
+    free_memory_for(2 * n)
+    x = filled(n + 3, "bool", True)
     edges = (0, 2**29 - 4096, 2**30 - 4096, 2**31 - 4096, n - 8192)
     chunks = {c: random_array(rng, 8192, "bool") for c in edges}
     for c, h in chunks.items():
@@ -181,8 +166,8 @@ def test_basic_launch_past_2_29_and_2_31(rng):
     assert not np.any(y[2**30 + 4096:2**30 + 8192].get())
     del x, y
     rows, w = 2**31 // 4096 + 1, 4096
-    _free_memory_for(3 * rows * w)
-    xs = _filled(rows * w, "float16", 0.5).reshape(rows, w)
+    free_memory_for(3 * rows * w)
+    xs = filled(rows * w, "float16", 0.5).reshape(rows, w)
     b = random_array(rng, w, "float16")
     out = pyew.greater(xs, pyew.asarray(b))
     for r in (0, 2**31 // w - 1, 2**31 // w, rows - 1):

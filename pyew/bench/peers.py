@@ -52,7 +52,9 @@ class _Weak:
 
 
 def ref_function(op, params: dict, xp, special: str):
-    """The op's `ref` over its inputs on module xp (numpy or CuPy) in their dtype; erf/erfc from `special` if used."""
+    """The op's `ref` over its inputs on module xp (numpy or CuPy) in their dtype; erf/erfc from `special` if used.
+    Only a spec's `ref` (trusted like the spec's C++) is compiled here; formulas from users never are
+    (pyew/formula.py parses them against an allow-list)."""
     code = compile(op.ref, f"<ref of {op.name}>", "eval")
     scope = {"np": _Weak(xp), "sigmoid": lambda v: 1 / (1 + xp.exp(-v)), **params}
     if {"erf", "erfc"} & set(code.co_names):

@@ -76,7 +76,7 @@ class MapOp:
                 if o.info is not want:
                     return None
                 arrays.append(i)
-            elif type(o.value) in (float, int, bool):
+            elif type(o.value) in call.NUMBERS:
                 numbers_at.append(i)
             else:
                 return None
@@ -149,7 +149,7 @@ class MapOp:
 
         def op(*args, out=None, stream=None, **kw):
             if stream is None and one_gpu():
-                key = plan_key(me, args, kw)
+                key, s = plan_key(me, args, kw), None
                 if key is None and len(args) == arity:          # GPU arrays of other libraries
                     s = current_stream(None)
                     dev = plan_args(args, s, me.name, names)
@@ -157,7 +157,7 @@ class MapOp:
                         args, key = dev, plan_key(me, dev, kw)
                 plan = plans.get(key) if key is not None else None
                 if plan is not None and plan.target is me and (out is None or type(out) is DA):
-                    res = replay(plan, args, out, current_stream(None))
+                    res = replay(plan, args, out, current_stream(None) if s is None else s)
                     if res is not None:
                         return res
             return general(*args, out=out, stream=stream, **kw)
