@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from . import dlpack, library, transfer
+from . import dlpack, library, pinned, transfer
 from . import dtypes as dt
 from . import runtime as rt
 
@@ -326,7 +326,7 @@ class DeviceArray:
     def _get(self, stream, out):
         s = rt.resolve_stream(stream)
         if out is None:
-            out = np.empty(self.shape, self.dtype)
+            out = pinned.for_result(self.shape, self.dtype)
         elif not isinstance(out, np.ndarray) or out.shape != self.shape or out.dtype != self.dtype \
                 or not out.flags.writeable:
             raise ValueError(f"out must be a writeable {self.dtype} numpy array of shape {self.shape}, got "

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import dtypes as dt
-from . import interop, library, transfer
+from . import interop, library, pinned, transfer
 from . import runtime as rt
 from .array import PARTIAL, SAME, SEPARATE, Buffer, DeviceArray, aliasing, cast_entry, from_host
 from .operands import (
@@ -361,7 +361,7 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
         nbytes += args[i].nbytes
     if not 0 < nbytes <= transfer.small_bytes():
         return None
-    res = np.empty(plan.shape, plan.out_info.np)
+    res = pinned.for_result(plan.shape, plan.out_info.np)
     return res if transfer.one_shot(args, (res,), plan.launch, stream) else None
 
 
@@ -517,7 +517,7 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
             step(ins, [r.ptr for r in results], [tuple(r.shape) for r in results], stream)
         return results
     wants = input_dtypes(p.kernel, len(p.operands))    # None: a fused formula, which converts in registers
-    results = [o if o is not None else np.empty(shape, info.np) for shape, info, o in outputs]
+    results = [o if o is not None else pinned.for_result(shape, info.np) for shape, info, o in outputs]
     for r in results:
         unalias_host(p.operands, r)
     nd = len(p.shape)
@@ -547,7 +547,7 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
 
 def to_numpy(d: DeviceArray, out, stream) -> np.ndarray:
     """The host result of a one-shot GPU computation: into out= (numpy) or a new array."""
-    host = out if out is not None else np.empty(d.shape, d.dtype)
+    host = out if out is not None else pinned.for_result(d.shape, d.dtype)
     d.get(stream, out=host)
     return host
 

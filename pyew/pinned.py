@@ -256,6 +256,25 @@ def pinned_or_empty(shape, dtype) -> np.ndarray:
     return got if got is not None else np.empty(shape, dtype)
 
 
+RESULT_BYTES = 128 << 10     # results from this size up come from the pool (page faults start to show)
+
+
+def for_result(shape, dtype) -> np.ndarray:
+    """A new host array for a result pyew copies down from the GPU: from the pool while it has room,
+    when it is RESULT_BYTES or more, so the copy lands in it by DMA (no staging copy) and, once its
+    block has served before, without page faults; else np.empty."""
+    dtype = np.dtype(dtype)
+    if math.prod(shape) * dtype.itemsize < RESULT_BYTES:
+        return np.empty(shape, dtype)
+    return pinned_or_empty(shape, dtype)
+
+
+def is_direct(a: np.ndarray) -> bool:
+    """Whether a is one C-ordered run of RESULT_BYTES or more in page-locked memory, which the DMA
+    engines read and write in place (smaller arrays are staged: asking costs more than it saves)."""
+    return a.nbytes >= RESULT_BYTES and a.flags.c_contiguous and is_pinned(a)
+
+
 def is_pinned(a: np.ndarray) -> bool:
     """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked): its
     first byte and, for a contiguous array, its last, since another library may have locked only

@@ -54,12 +54,12 @@ class Limits:
     # Below this many bytes (all operands of a call together), one shot on the caller's stream,
     # its host copies split over the workers: below it streaming costs more than it gains
     # (benchmarks/RESULTS.md, crossover).
-    small_bytes: int = 32 * _MiB
+    small_bytes: int = 16 * _MiB
 
 
 _limits = Limits()
 _MIN_SMALL_PINNED = 64 * 1024
-_MIN_BLOCK_BYTES = 1 * _MiB          # all operands of one block together, at least
+_MIN_BLOCK_BYTES = 8 * _MiB          # all operands of one block together, at least (docs/tuning.md)
 
 
 def small_bytes() -> int:
@@ -414,6 +414,11 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     nbytes = host.nbytes
     if nbytes == 0:
         return
+    flat = host.reshape(-1) if host.flags.c_contiguous else None
+    if flat is not None and pinned.is_direct(host):
+        # page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA in place
+        _move(*_ends(host, up), [dptr], stream.cu)
+        return
     if nbytes <= _limits.small_bytes:
         with _small_lock:
             if up:
@@ -425,11 +430,6 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
             elif nbytes <= _small_buffer().nbytes:
                 _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy)
                 return
-    flat = host.reshape(-1) if host.flags.c_contiguous else None
-    if flat is not None and pinned.is_pinned(host):
-        # page-locked already (pyew.empty_pinned, or memory CUDA locked): one DMA in place
-        _move(*_ends(host, up), [dptr], stream.cu)
-        return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
@@ -679,14 +679,14 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, ins + outs)
-            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy,
+            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, here=[pinned.is_direct(v) for v in ins + outs],
                   launch=lambda: launch(ptrs[:len(ins)], ptrs[len(ins):], stream))
         finally:
             rt.free(dbase, stream, need)
     return True
 
 
-_PARALLEL_COPY_BYTES = 2 * _MiB      # a one-shot host copy larger than this is split over the workers
+_PARALLEL_COPY_BYTES = 8 * _MiB      # a one-shot host copy larger than this is split over the workers (docs/tuning.md)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -699,7 +699,7 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
         return
     pool = _worker_pool()
     d, s_ = dst.reshape(-1), src.reshape(-1)
-    parts = min(_limits.threads, n // (_PARALLEL_COPY_BYTES // 2))
+    parts = min(_limits.threads, n // _MiB)
     step = -(-d.size // parts)
     futures = [pool.submit(np.copyto, d[i:i + step], s_[i:i + step]) for i in range(0, d.size, step)]
     for f in futures:

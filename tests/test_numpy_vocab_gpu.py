@@ -172,3 +172,37 @@ def test_basic_launch_past_2_29_and_2_31(rng):
     out = pyew.greater(xs, pyew.asarray(b))
     for r in (0, 2**31 // w - 1, 2**31 // w, rows - 1):
         np.testing.assert_array_equal(out[r].get(), np.float16(0.5) > b, err_msg=f"row {r}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["arcsin", "arccos", "arcsinh", "tan", "sinh", "cosh", "arccosh", "arctanh"])
+def test_float32_functions_over_every_input(name, torch_cuda):
+    """Every float32 input (2^32 bit patterns, NaNs included) against the double function on the
+    GPU: within the op's ulp bound of the correctly rounded result, NaN exactly where it is NaN.
+    arcsin, arccos and arcsinh use CUDA's float functions, whose documented bounds are not all 2 ulp;
+    the others evaluate in double."""
+    torch = torch_cuda
+    op = pyew.library.get().manifest.op(name)
+    ref_fn = {"arcsin": torch.asin, "arccos": torch.acos, "arcsinh": torch.asinh, "tan": torch.tan,
+              "sinh": torch.sinh, "cosh": torch.cosh, "arccosh": torch.acosh, "arctanh": torch.atanh}[name]
+    fn = getattr(pyew, name)
+    step, worst, worst_x = 1 << 28, 0.0, None
+    for start in range(0, 1 << 32, step):
+        x = (torch.arange(start, start + step, dtype=torch.int64, device="cuda") - (1 << 31)).to(torch.int32).view(torch.float32)
+        got = torch.from_dlpack(fn(x)).double()
+        r = ref_fn(x.double())
+        nan = torch.isnan(r)
+        assert torch.equal(nan, torch.isnan(got)), f"{name}: NaN where the double function has none, or the reverse"
+        rf = r.float().double()                       # the correctly rounded result (inf past float32's range)
+        inf = torch.isinf(rf)
+        assert torch.equal(got[inf], rf[inf]), f"{name}: wrong at the float32 range's ends"
+        fin = ~(nan | inf)
+        if not fin.any():                             # a chunk past the range, or all NaN
+            continue
+        rr = r[fin]
+        e = torch.where(rr == 0, -125, torch.frexp(rr).exponent).clamp(min=-125) - 24    # ulp: 2^(ilogb(r) - 23)
+        err = (got[fin] - rr).abs() / torch.ldexp(torch.ones_like(rr), e)
+        i = int(err.argmax())
+        if float(err[i]) > worst:
+            worst, worst_x = float(err[i]), float(x[fin][i])
+    assert worst <= op.ulp, f"{name}: {worst:.3f} ulp at x = {worst_x!r} (bound {op.ulp})"

@@ -233,7 +233,43 @@ def test_streamed_calls_read_and_write_pinned_operands_in_place(fakes, monkeypat
     def inside(a):
         return sum(a.ctypes.data <= p < a.ctypes.data + a.nbytes for p in hosts)
     assert inside(x) > 1 and inside(out) > 1 and inside(y) == 0    # several blocks each; y staged
+    ref = 1 / (1 + np.exp(-x.astype(np.float64)))
     hosts.clear()
-    got = pyew.sigmoid(x)                                   # a new (pageable) result: staged out
-    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
-    assert inside(x) > 1 and inside(got) == 0
+    got = pyew.sigmoid(x)                                   # a new result: from the pool, written in place
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    assert pinned.is_pinned(got) and inside(x) > 1 and inside(got) > 1
+    old = pyew.set_transfer_limits(pinned_pool_bytes=0)     # no room in the pool: pageable, staged out
+    try:
+        hosts.clear()
+        got = pyew.sigmoid(x)
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+        assert not pinned.is_pinned(got) and inside(x) > 1 and inside(got) == 0
+    finally:
+        pyew.set_transfer_limits(**old)
+
+
+def test_one_shot_results_and_gets_land_in_pool_memory(fakes, monkeypatch):
+    """A new result of RESULT_BYTES or more comes from the pool, also below small_bytes (one shot)
+    and from DeviceArray.get(): the copy down writes it by DMA, with nothing staged; smaller ones
+    are plain numpy arrays, staged."""
+    from pyew import runtime as rt
+    downs = []
+    down = rt.copy_dtoh
+    monkeypatch.setattr(rt, "copy_dtoh", lambda d, s, n, st: (downs.append(d), down(d, s, n, st)))
+    old = transfer.set_transfer_limits(small_bytes=4 * pinned.RESULT_BYTES, pinned_bytes=64 << 20)
+    try:
+        n = pinned.RESULT_BYTES // 4                               # float32: just RESULT_BYTES
+        x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+        ref = 1 / (1 + np.exp(-x.astype(np.float64)))
+        d = pyew.asarray(x)
+        for call, want in ((lambda: pyew.sigmoid(x), ref), (d.get, x)):
+            downs.clear()
+            got = call()
+            assert pinned.is_pinned(got) and downs == [got.ctypes.data]
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        downs.clear()
+        small = pyew.sigmoid(x[: n // 2 - 1])
+        assert not pinned.is_pinned(small) and downs and small.ctypes.data not in downs
+        np.testing.assert_allclose(small, ref[: n // 2 - 1], rtol=1e-6)
+    finally:
+        transfer.set_transfer_limits(**old)

@@ -199,8 +199,11 @@ def gpu(run, calls, warmup: int = 2, check=None, count: bool = False) -> dict:
 
 
 def host(fn, sync=None, budget_s: float = 0.25, repeats: int = 5, clock=time.perf_counter) -> dict:
-    """Host time per call (median, min) of `repeats` runs filling budget_s; a slow call: one per run, 3+ runs."""
+    """Host time per call (median, min) of `repeats` runs filling budget_s, after one call that
+    warms what a first call pays for (a formula's compile, a plan); a slow call: one per run, 3+ runs."""
     sync = sync or (lambda: None)
+    fn()
+    sync()
 
     def per_call(k: int) -> float:
         t0 = clock()
