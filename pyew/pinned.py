@@ -7,7 +7,8 @@ numpy array has to be staged: copied through the transfer engine's pinned ring o
 when it is new, faulted in page by page as that copy first touches it. Those host copies, not
 PCIe, are what bound numpy data on a busy host (benchmarks/RESULTS.md). `DeviceArray.get(out=a)`
 and `pyew.asarray(a)` copy straight from and to a pinned `a` (pyew's, or any page-locked memory
-CUDA knows, such as cupyx.empty_pinned's), and pyew.dask returns its numpy chunks in it.
+CUDA knows, such as cupyx.empty_pinned's); new numpy results of RESULT_BYTES or more come from
+the pool (for_result), and pyew.dask returns its numpy chunks in it.
 
 Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
 when the last array over it is gone, and the next array of that size takes it. The pool holds at
@@ -114,25 +115,27 @@ class _Pool:
         # holds the lock (any allocation under it can collect): they wait here until it is free.
         self.returned: collections.deque[tuple[int, int]] = collections.deque()
 
-    def take(self, nbytes: int, keep_only: bool) -> tuple[int, bool]:
-        """(a block of at least nbytes, whether the pool keeps it); (0, False) when keep_only and
-        the pool is full."""
+    def take(self, nbytes: int, keep_only: bool) -> tuple[int, int, bool]:
+        """(a block of at least nbytes, its size, whether the pool keeps it); (0, 0, False) when
+        keep_only and the pool is full. A free block up to twice the size serves before a new one
+        is locked (results of varying sizes would otherwise lock and free blocks call after call)."""
         size = _block_bytes(nbytes)
         try:
             with self.lock:
                 self._drain()
-                blocks = self.free.get(size)
-                if blocks:
-                    return blocks.pop(), True
+                fits = [s for s, blocks in self.free.items() if blocks and size <= s <= 2 * size]
+                if fits:
+                    got = min(fits)
+                    return self.free[got].pop(), got, True
                 kept = self.held + size <= self.limit or self._evict(size)
                 if kept:
                     self.held += size
                 elif keep_only:
-                    return 0, False
+                    return 0, 0, False
         finally:
             self._drain_if_free()
         try:
-            return host_alloc(size), kept
+            return host_alloc(size), size, kept
         except BaseException:
             if kept:
                 with self.lock:
@@ -141,7 +144,12 @@ class _Pool:
             raise
 
     def _evict(self, need: int) -> bool:
-        """Free blocks of other sizes until `need` more bytes fit the limit. With the lock."""
+        """Free blocks of other sizes until `need` more bytes fit the limit, unless freeing them
+        all would not make room (then none is freed). With the lock."""
+        if need:
+            free = sum(size * len(blocks) for size, blocks in self.free.items())
+            if self.held - free + need > self.limit:
+                return False
         for size, blocks in self.free.items():
             while blocks and self.held + need > self.limit:
                 host_free(blocks.pop())
@@ -227,10 +235,10 @@ def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
     if nbytes == 0:
         return np.empty(shape, info.np)          # nothing to lock
     pool = _pool
-    ptr, kept = pool.take(nbytes, keep_only)
+    ptr, size, kept = pool.take(nbytes, keep_only)
     if not ptr:
         return None
-    block = _Block(ptr, _block_bytes(nbytes), kept, pool)
+    block = _Block(ptr, size, kept, pool)
     return np.asarray(block)[:nbytes].view(info.np).reshape(shape)
 
 

@@ -14,6 +14,8 @@ end of every call, so the device memory a streamed call uses is bounded (`device
 the array's size, and arrays larger than the GPU's memory work.
 
 Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream.
+Page-locked operands of 128 KiB or more (pyew.empty_pinned's, and new numpy results, which come
+from the same pool: pinned.for_result) are copied by DMA in place, without staging.
 Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
 that buffer, so a caller that queues GPU work does not wait for it to finish.
 
@@ -83,8 +85,9 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
         size stream through it.
     threads: worker threads for host copies and transfers (1..256).
     small_bytes: calls moving fewer bytes than this go in one shot, without workers.
-    pinned_pool_bytes: page-locked memory pyew.empty_pinned's pool may keep, blocks in use
-        included (0 keeps none); free blocks past it are freed now.
+    pinned_pool_bytes: page-locked memory the pool of pyew.empty_pinned and of new numpy results
+        may keep, blocks in use included (0 keeps none: results are pageable numpy arrays); free
+        blocks past it are freed now.
     The engine's pinned memory is freed now and allocated again on next use."""
     global _limits
     old = transfer_limits()
@@ -378,20 +381,27 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
         else:
             runs.append([dp, buf.ptr + off, v.nbytes, True])
         off += _round(v.nbytes)
-    for dp, src, n, _ in runs:
-        rt.copy_htod(dp, src, n, stream_cu)
-    if launch is not None:
-        launch()
     staged = []
-    for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
-        rt.copy_dtoh(v.ctypes.data if direct else buf.ptr + off, dp, v.nbytes, stream_cu)
-        if not direct:
-            staged.append((v, off))
-            off += _round(v.nbytes)
-    if settle is None:
-        rt.stream_synchronize(stream_cu)
-    else:
-        settle()
+    try:
+        for dp, src, n, _ in runs:
+            rt.copy_htod(dp, src, n, stream_cu)
+        if launch is not None:
+            launch()
+        for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
+            rt.copy_dtoh(v.ctypes.data if direct else buf.ptr + off, dp, v.nbytes, stream_cu)
+            if not direct:
+                staged.append((v, off))
+                off += _round(v.nbytes)
+        if settle is None:
+            rt.stream_synchronize(stream_cu)
+        else:
+            settle()
+    except BaseException:
+        # copies may be queued from or into memory the caller frees or reuses once this raises (a
+        # pooled result, a region of buf): they finish first
+        with contextlib.suppress(Exception):
+            rt.stream_synchronize(stream_cu)
+        raise
     for v, o in staged:
         copy(v, buf.array(o, v.dtype, v.shape))
 
@@ -415,11 +425,15 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     if nbytes == 0:
         return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
-    if flat is not None and pinned.is_direct(host):
-        # page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA in place
+    small = nbytes <= _limits.small_bytes
+    # page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA
+    # in place, and a wait. A small upload that fits the small buffer is staged instead, so the
+    # caller does not wait for it; a small array is asked about from RESULT_BYTES only.
+    direct = flat is not None and (not small or nbytes >= pinned.RESULT_BYTES) and pinned.is_pinned(host)
+    if direct and not (up and small):
         _move(*_ends(host, up), [dptr], stream.cu)
         return
-    if nbytes <= _limits.small_bytes:
+    if small:
         with _small_lock:
             if up:
                 start = _upload_region(nbytes)
@@ -430,6 +444,9 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
             elif nbytes <= _small_buffer().nbytes:
                 _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy)
                 return
+    if direct:
+        _move(*_ends(host, up), [dptr], stream.cu)
+        return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 

@@ -129,10 +129,10 @@ def test_a_block_freed_by_the_collector_under_the_pool_lock(fake, monkeypatch):
 def test_a_block_returned_while_another_thread_holds_the_lock(fake, monkeypatch):
     """A block whose last array goes while another thread holds the pool's lock waits in the queue
     and is filed as soon as that thread lets go, not at some later pool call."""
-    transfer.set_transfer_limits(pinned_pool_bytes=4 * MiB)
+    transfer.set_transfer_limits(pinned_pool_bytes=5 * MiB)
     a = pyew.empty_pinned(MiB // 2)                   # a 2 MiB block, then free in the pool
     del a
-    box = [pyew.empty_pinned(MiB // 4)]               # a 1 MiB block another thread lets go
+    box = [pyew.empty_pinned(MiB // 8)]               # a 512 KiB block another thread lets go
     free, waiting = fake.host.free, []
 
     def free_while_another_thread_returns(ptr):
@@ -145,8 +145,8 @@ def test_a_block_returned_while_another_thread_holds_the_lock(fake, monkeypatch)
     monkeypatch.setattr(fake.host, "free", free_while_another_thread_returns)
     c = pyew.empty_pinned(MiB)                        # 4 MiB more: evicts the free block under the lock
     assert waiting == [1], "the returned block should have waited for the lock"
-    assert not pinned._pool.returned and len(pinned._pool.free.get(MiB, [])) == 1
-    assert pinned.held() == MiB and pinned.is_pinned(c)
+    assert not pinned._pool.returned and len(pinned._pool.free.get(MiB // 2, [])) == 1
+    assert pinned.held() == 4 * MiB + MiB // 2 and pinned.is_pinned(c)
 
 
 @pytest.mark.parametrize("gpus,limit", [(None, 8 << 30), (1, 8 << 30), (8, 1 << 30), (512, 256 << 20)])
@@ -271,5 +271,35 @@ def test_one_shot_results_and_gets_land_in_pool_memory(fakes, monkeypatch):
         small = pyew.sigmoid(x[: n // 2 - 1])
         assert not pinned.is_pinned(small) and downs and small.ctypes.data not in downs
         np.testing.assert_allclose(small, ref[: n // 2 - 1], rtol=1e-6)
+        ups = []
+        up = rt.copy_htod
+        monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: (ups.append(s), up(d, s, n, st)))
+        p = pyew.empty_pinned(n)
+        p[...] = x
+        d = pyew.asarray(p)                     # below small_bytes: staged, so the caller need not wait
+        assert ups and p.ctypes.data not in ups
+        np.testing.assert_array_equal(d.get(), x)
     finally:
         transfer.set_transfer_limits(**old)
+
+
+def test_a_block_too_large_for_the_pool_evicts_nothing(fake):
+    """A result the pool cannot keep even with its free blocks gone leaves them in place (freeing
+    them would only make the next calls lock memory again) and comes back pageable; one that fits
+    once they are gone evicts them; a free block up to twice the size serves a smaller request."""
+    transfer.set_transfer_limits(pinned_pool_bytes=8 * MiB)
+    blocks = [pyew.empty_pinned(MiB // 4) for _ in range(3)]      # three 1 MiB blocks, then free
+    ptrs = {b.ctypes.data for b in blocks}
+    del blocks
+    assert pinned.held() == 3 * MiB
+    big = pinned.pinned_or_empty((4 * MiB,), np.float32)          # 16 MiB: past the limit
+    assert not pinned.is_pinned(big) and pinned.held() == 3 * MiB
+    again = pyew.empty_pinned(MiB // 4)
+    assert again.ctypes.data in ptrs                             # the free blocks stayed
+    del again
+    fits = pinned.pinned_or_empty((MiB + MiB // 2,), np.float32)  # 6 MiB: fits once 1 MiB goes
+    assert pinned.is_pinned(fits) and pinned.held() <= 8 * MiB
+    del fits
+    half = pinned.pinned_or_empty((MiB // 2 + 1,), np.float32)    # just over 2 MiB: the 6 MiB block is too big
+    bigger = pyew.empty_pinned(MiB)                               # 4 MiB: the free 6 MiB block serves
+    assert pinned.is_pinned(half) and pinned.is_pinned(bigger) and pinned.held() <= 8 * MiB
