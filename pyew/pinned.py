@@ -11,12 +11,13 @@ CUDA knows, such as cupyx.empty_pinned's); new numpy results of RESULT_BYTES or 
 the pool (for_result), and pyew.dask returns its numpy chunks in it.
 
 Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
-when the last array over it is gone, and the next array of that size takes it. The pool holds at
-most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an eighth of physical memory
-divided by the host's GPUs, since dask-cuda and most launchers run a process, each with its own
-pool, per GPU), counting blocks in use; past it empty_pinned still allocates but does not keep the
-block, and pinned_or_empty gives pageable memory. Free blocks stay locked until an array of their
-size takes them or a lower limit frees them.
+when the last array over it is gone, and the next array of that size, or of at least half of it,
+takes it. The pool holds at most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an
+eighth of physical memory divided by the host's GPUs, since dask-cuda and most launchers run a
+process, each with its own pool, per GPU), counting blocks in use; past it empty_pinned still
+allocates but does not keep the block, and pinned_or_empty gives pageable memory. Free blocks stay
+locked until an array of their size (or of at least half of it) takes them or a lower limit frees
+them.
 """
 from __future__ import annotations
 
