@@ -119,21 +119,16 @@ __device__ __forceinline__ T reciprocal(T x) {
 }
 
 // floor, ceil and trunc of an integer or a bool: itself (numpy's integer loops).
-template <typename T>
-__device__ __forceinline__ T floor(T x) {
-  if constexpr (is_float_v<T>) return ::floor(x);
-  else return x;
-}
-template <typename T>
-__device__ __forceinline__ T ceil(T x) {
-  if constexpr (is_float_v<T>) return ::ceil(x);
-  else return x;
-}
-template <typename T>
-__device__ __forceinline__ T trunc(T x) {
-  if constexpr (is_float_v<T>) return ::trunc(x);
-  else return x;
-}
+#define EW_NP_ROUNDING(name)                                                                         \
+  template <typename T>                                                                             \
+  __device__ __forceinline__ T name(T x) {                                                          \
+    if constexpr (is_float_v<T>) return ::name(x);                                                  \
+    else return x;                                                                                  \
+  }
+EW_NP_ROUNDING(floor)
+EW_NP_ROUNDING(ceil)
+EW_NP_ROUNDING(trunc)
+#undef EW_NP_ROUNDING
 
 // ~x on integers; logical not on bools (~ of a C++ bool would be an int, -1 or -2).
 template <typename T>

@@ -317,7 +317,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     dev = call.plan_args(vals, s, text, names)
-    key = None
+    key = plan = None
     if dev is not None:
         vals = dev
         if out is not None and type(out) is not DeviceArray and not isinstance(out, np.ndarray):
@@ -346,7 +346,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     if isinstance(o, DeviceArray):
         device = True
         call.check_alias(o, arrays, text)
-    if key is not None and device and all(a.kind == DEVICE for a in arrays):
+    if key is not None and plan is None and device and all(a.kind == DEVICE for a in arrays):
         plan = _plan(tree, prog, operands, shape, blob)
         call.keep_plan(key, plan)
         res = call.replay(plan, vals, o, s)
@@ -483,17 +483,17 @@ class Fused:
         bound.apply_defaults()
         values = dict(bound.arguments)
         key = tuple((k, _kind_of(v)) for k, v in values.items())
-        tree = self.trees.get(key)
-        if tree is None:
+        traced = self.trees.get(key)
+        if traced is None:
             proxies = {k: formula.Traced(Var(k)) if not isinstance(v, (str, bytes)) else v for k, v in values.items()}
             r = self.fn(**proxies)
             if not isinstance(r, formula.Traced):
                 raise TypeError(f"pyew.fuse: {self.fn.__name__} must return a value computed from its arguments, "
                                 f"not {type(r).__name__}")
-            tree = self.trees[key] = r.node
-        used = formula.variables(tree)
-        return run(tree, {k: values[k] for k in used}, f"{self.fn.__name__}: {formula.text(tree)}",
-                   out=out, stream=stream)
+            tree = r.node
+            traced = self.trees[key] = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
+        tree, used, text = traced
+        return run(tree, {k: values[k] for k in used}, text, out=out, stream=stream, names=used)
 
 
 def _kind_of(v):

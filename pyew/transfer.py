@@ -426,27 +426,24 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
     small = nbytes <= _limits.small_bytes
-    # page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA
+    # Page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA
     # in place, and a wait. A small upload that fits the small buffer is staged instead, so the
-    # caller does not wait for it; a small array is asked about from RESULT_BYTES only.
-    direct = flat is not None and (not small or nbytes >= pinned.RESULT_BYTES) and pinned.is_pinned(host)
-    if direct and not (up and small):
+    # caller does not wait for it, and is not asked about; a small array only from RESULT_BYTES.
+    if small and up:
+        with _small_lock:
+            start = _upload_region(nbytes)
+            if start is not None:       # queued, not waited for: the region stays taken until its copy ran
+                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy,
+                      settle=lambda: _upload_queued(start, nbytes, stream))
+                return
+    if pinned.is_direct(host) if small else (flat is not None and pinned.is_pinned(host)):
         _move(*_ends(host, up), [dptr], stream.cu)
         return
-    if small:
+    if small and not up:
         with _small_lock:
-            if up:
-                start = _upload_region(nbytes)
-                if start is not None:       # queued, not waited for: the region stays taken until its copy ran
-                    _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy,
-                          settle=lambda: _upload_queued(start, nbytes, stream))
-                    return
-            elif nbytes <= _small_buffer().nbytes:
+            if nbytes <= _small_buffer().nbytes:
                 _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy)
                 return
-    if direct:
-        _move(*_ends(host, up), [dptr], stream.cu)
-        return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 

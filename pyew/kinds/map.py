@@ -28,7 +28,7 @@ class MapOp:
         to convert first) runs through call.run_elementwise."""
         s = rt.resolve_stream(stream)
         dev = call.plan_args(args, s, self.name, self.op.inputs) if len(args) == self.arity else None
-        key = None
+        key = plan = None
         if dev is not None:
             args = dev
             if out is not None and type(out) is not DeviceArray and not isinstance(out, np.ndarray):
@@ -47,7 +47,8 @@ class MapOp:
         if isinstance(o, DeviceArray):
             p.device = True
             call.check_alias(o, p.operands, self.name)
-        if key is not None and (p.device or out is None):
+        if key is not None and plan is None and (p.device or out is None):
+            # (a kept plan that declined this call would decline it again: the general path runs it)
             plan = self._plan(p, pvals)
             if plan is not None:
                 call.keep_plan(key, plan)
@@ -100,6 +101,15 @@ class MapOp:
         strides = list(layout)[2:] if layout[0] == 1 else None
         tail = n % pack if strides is not None and n > pack else 0
         at_layout = ctypes.addressof(layout)
+        # One dim past a multiple of the pack: the packs kernel takes whole 16-byte packs from
+        # aligned pointers, so such a call goes as the packs, then the rest. Each part's layout and
+        # byte offsets are made here once; the layouts live as long as the plan.
+        parts = []
+        if tail:
+            for at, count in ((0, n - tail), (n - tail, tail)):
+                part = (ctypes.c_int64 * len(layout))(1, count, *strides)
+                parts.append((at * out_info.itemsize, [at * w.itemsize * st for w, st in zip(wants, strides)],
+                              count, ctypes.addressof(part), part))
 
         def numbers(values, s):
             ptrs = []
@@ -111,17 +121,12 @@ class MapOp:
                 ptrs.append(ptr)
             return ptrs
 
-        def broadcast(out_ptr, ptrs, nums, s):
+        def broadcast(out_ptr, ptrs, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
             full = [ptrs[j] if arr else nums[j] for arr, j in where] if nums else ptrs
             if tail and out_ptr % 16 == 0 and all(st == 0 or q % 16 == 0 for q, st in zip(full, strides)):
-                # One dim: the packs kernel takes whole 16-byte packs from aligned pointers, so a
-                # length past a multiple of the pack goes as the packs, then the rest.
-                head = n - tail
-                for at, count in ((0, head), (head, tail)):
-                    part = (ctypes.c_int64 * len(layout))(1, count, *strides)
-                    library.launch(strided, (out_ptr + at * out_info.itemsize,
-                                             *[q + at * w.itemsize * st for q, w, st in zip(full, wants, strides)],
-                                             count, *pvals, ctypes.addressof(part)), s)
+                for out_off, offs, count, at, _ in parts:
+                    library.launch(strided, (out_ptr + out_off, *[q + o for q, o in zip(full, offs)],
+                                             count, *pvals, at), s)
                 return
             library.launch(strided, (out_ptr, *full, n, *pvals, at_layout), s)
         return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, broadcast)
