@@ -110,26 +110,35 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
     it records (default: build_command(spec, Path("build")))."""
     if command is None:
         command = build_command(spec, Path("build"))
-    ops = []
-    for op in spec.ops:
-        ops.append({
-            "name": op.name, "kind": op.kind, "inputs": list(op.inputs), "doc": op.doc,
-            "params": [{"name": p.name, "type": p.type, "default": p.default} for p in op.params],
-            "ref": op.ref, "out": op.out, "source": op.source, "rtol": op.rtol,
-            "tuning": op_tuning(op, spec) if op.kind == "map" else None,
-            "ufunc": op.ufunc, "fixed": dict(op.fixed), "ulp": op.ulp,
-            "launch": op.launch if op.kind == "map" else None,
-            "kernels": [{
-                "dtype": k.dtype.name, "out_dtype": k.out_dtype.name,
-                "in_dtypes": [d.name for d in k.in_dtypes],
-                "paired": op.pair_expr(k.dtype) is not None,
-                "entries": [{"role": e.role, "symbol": e.symbol, "packed": abi.packed_symbol(e.symbol),
-                             "args": [list(a) for a in e.args]}
-                            for e in k.entries()],
-            } for k in op.kernels()],
-        })
     return {"abi": abi_version(), "spec_files": [{"path": f.path, "sha256": f.sha256} for f in spec.files],
-            "build_command": command, "ops": ops}
+            "build_command": command, "ops": [op_entry(op, spec) for op in spec.ops]}
+
+
+def op_entry(op: Op, spec: Spec) -> dict:
+    """One op's row of the manifest (pyew.load_spec reads its ops' rows without a library)."""
+    return {
+        "name": op.name, "kind": op.kind, "inputs": list(op.inputs), "doc": op.doc,
+        "params": [{"name": p.name, "type": p.type, "default": p.default} for p in op.params],
+        "ref": op.ref, "out": op.out, "source": op.source, "rtol": op.rtol,
+        "tuning": op_tuning(op, spec) if op.kind == "map" else None,
+        "ufunc": op.ufunc, "fixed": dict(op.fixed), "ulp": op.ulp,
+        "launch": op.launch if op.kind == "map" else None,
+        "kernels": [{
+            "dtype": k.dtype.name, "out_dtype": k.out_dtype.name,
+            "in_dtypes": [d.name for d in k.in_dtypes],
+            "paired": op.pair_expr(k.dtype) is not None,
+            "entries": [{"role": e.role, "symbol": e.symbol, "packed": abi.packed_symbol(e.symbol),
+                         "args": [list(a) for a in e.args]}
+                        for e in k.entries()],
+        } for k in op.kernels()],
+    }
+
+
+def fn_header(op: Op, spec: Spec) -> str:
+    """build/gen/fn/<op>.cuh: a map op's device function, which its kernels, the ops calling it and
+    fused formulas include."""
+    return render("fn.cuh.mako", op=op, deps=op_calls(op, spec), direct=direct_calls(op, spec),
+                  signature=_fn_signature(op), returns=_fn_returns(op), mark=EXPR_MARK)
 
 
 # Generated sources mark the line of each spec expression, so that a compile error on it can be
@@ -219,9 +228,7 @@ def generate(spec: Spec, out: Path, command: str | None = None) -> dict:
     files: dict[Path, str] = {}
     for op in spec.ops:
         if op.kind == "map":
-            files[gen / "fn" / f"{op.name}.cuh"] = render(
-                "fn.cuh.mako", op=op, deps=op_calls(op, spec), direct=direct_calls(op, spec),
-                signature=_fn_signature(op), returns=_fn_returns(op), mark=EXPR_MARK)
+            files[gen / "fn" / f"{op.name}.cuh"] = fn_header(op, spec)
         kernel_sources = []
         for k in op.kernels():
             ctx = dict(op=op, kernel=k, entries=k.entries())

@@ -20,12 +20,13 @@ from .fused import evaluate, fuse
 from .interop import asarray, from_dlpack
 from .pinned import empty_pinned
 from .runtime import Device, ExternalStream, Stream, current_stream, device_count, device_info, synchronize
+from .specs import load_spec
 from .transfer import set_transfer_limits, transfer_limits
 from .version import __version__
 
 __all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "empty_pinned", "Device", "device_count",
            "Stream", "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
-           "transfer_limits", "evaluate", "fuse", "FormulaError", "PyewError", "CudaError", "LibraryError",
+           "transfer_limits", "evaluate", "fuse", "load_spec", "FormulaError", "PyewError", "CudaError", "LibraryError",
            "NoDeviceError", "dtypes", "ufuncs", "__version__"]
 
 

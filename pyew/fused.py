@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import call, formula, interop, jit, library, ufuncs
+from . import call, formula, interop, jit, library, specs, ufuncs
 from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray
@@ -41,16 +41,19 @@ _vocab: tuple[object, dict, frozenset] | None = None
 def vocabulary() -> dict[str, library.Op]:
     """Function name -> map op of the loaded library: each op by its name, and by the numpy ufunc
     name it implements (pyew.ufuncs' table, the one DeviceArray's operators use), so a formula's
-    `multiply` or `*` finds the op `mul`."""
+    `multiply` or `*` finds the op `mul`; and the ops of spec files loaded by pyew.load_spec."""
     global _vocab
     lib = library.get()
     v = _vocab
-    if v is None or v[0] is not lib:
+    if v is None or v[0] is not lib or v[3] != specs.version():
         with _vocab_lock:
+            version = specs.version()
             table: dict[str, library.Op] = {op.name: op for op in lib.manifest.ops if op.kind == "map"}
             for ufunc, name in ufuncs.ufunc_table().items():
                 table.setdefault(ufunc, lib.manifest.op(name))
-            v = _vocab = (lib, table, frozenset(table))
+            for name, op in specs.loaded_ops().items():      # pyew.load_spec's ops, by name
+                table.setdefault(name, op)
+            v = _vocab = (lib, table, frozenset(table), version)
     return v[1]
 
 
@@ -255,19 +258,26 @@ class Program:
         lib = library.get()
         slots = self.slots.get(stream.ordinal)
         if slots is None:
-            slots = self.slots[stream.ordinal] = jit.slots_for(stream.ordinal, lib.jit_slot_count)
+            slots = self.slots.setdefault(stream.ordinal, jit.slots_for(stream.ordinal, lib.jit_slot_count))
         ptrs = (ctypes.c_void_p * len(in_ptrs))(*in_ptrs)
         lay_at = 0 if lay is None else ctypes.addressof(lay)
-        for _ in range(4):
+        need, need_at = None, slots.need_at
+        for _ in range(6):
             rc = lib.jit_map(slots.table_at, self.tuning, ctypes.addressof(blob), n, out_ptr, ctypes.addressof(ptrs),
-                             len(in_ptrs), self.out.itemsize, self.in_sizes_at, lay_at, slots.overlap, slots.need_at,
+                             len(in_ptrs), self.out.itemsize, self.in_sizes_at, lay_at, slots.overlap, need_at,
                              stream.handle, *stream.dims)
             if rc != jit.MISSING:
                 if rc:
                     lib.check(rc, f"formula {self.text!r}")
                 return
-            expr = jit.name_expression(slots.need, self.out.ctype, self.in_types)
-            slots.table[int(slots.need[0])] = jit.kernel(self.source, expr, slots.arch, self.text)
+            if need is None:
+                # Another thread missing a kernel of this formula writes the shared description
+                # too: ask again into this call's own, so the kernel compiled is the one asked for.
+                need = (ctypes.c_int64 * 16)()
+                need_at = ctypes.addressof(need)
+                continue
+            expr = jit.name_expression(need, self.out.ctype, self.in_types)
+            slots.table[int(need[0])] = jit.kernel(self.source, expr, slots.arch, self.text)
         raise RuntimeError(f"formula {self.text!r}: libew kept asking for kernels")
 
 

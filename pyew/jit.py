@@ -30,7 +30,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from . import library
+from . import library, specs
 
 MAGIC = b"PYEWJIT1"
 OPTIONS = ("-std=c++17", "-default-device")
@@ -103,14 +103,15 @@ def cuda_include() -> str:
 
 def include_dirs() -> list[str]:
     """libew's headers and the loaded library's op device functions: the checkout's libew/ and
-    build/gen/, or the copies a wheel ships in pyew/_lib/include."""
+    build/gen/, or the copies a wheel ships in pyew/_lib/include; then the folders of the ops
+    pyew.load_spec rendered."""
     lib = library.get().path.parent
     bundled = Path(__file__).resolve().parent / "_lib" / "include"
     checkout = lib.parent / "libew"
     if (lib / "gen" / "fn").is_dir() and (checkout / "elementwise.cuh").exists():
-        return [str(checkout), str(lib / "gen")]
+        return [str(checkout), str(lib / "gen"), *specs.include_dirs()]
     if (bundled / "elementwise.cuh").exists():
-        return [str(bundled)]
+        return [str(bundled), *specs.include_dirs()]
     raise Unavailable(f"no libew headers beside {library.get().path} (looked for {checkout} and {bundled})")
 
 
@@ -250,37 +251,43 @@ def _stamp(path: str) -> str:
 
 
 _toolchain: dict | None = None
+_recorded: set[str] = set()           # cache folders known to hold this process's toolchain record
 
 
 def toolchain() -> dict:
     """NVRTC's version and library, and the CUDA headers' folder: from the cache folder's record
-    when the files it names are unchanged, else found (loading NVRTC) and recorded again."""
+    when the files it names are unchanged, else found (loading NVRTC) and recorded again. A cache
+    folder set later in the process (PYEW_CACHE_DIR) gets the record too, so the next process
+    reading its kernels does not load NVRTC to find it."""
     global _toolchain
-    if _toolchain is not None:
-        return _toolchain
     record = cache_dir() / f"toolchain-{_environment()}"
-    try:
-        t = json.loads(record.read_text())
-        fp16 = os.path.join(t["include"], "cuda_fp16.h")
-        if t["nvrtc_stamp"] == _stamp(t["nvrtc"]) and t["fp16_stamp"] == _stamp(fp16):
-            _toolchain = t
-            return t
-    except (OSError, ValueError, KeyError, TypeError):
-        pass                         # none yet, unreadable, or stale: found again below
-    nvrtc()
-    include = cuda_include()
-    lib = _nvrtc_library()
-    t = {"version": list(nvrtc_version()), "nvrtc": lib, "nvrtc_stamp": _stamp(lib) if lib else "",
-         "include": include, "fp16_stamp": _stamp(os.path.join(include, "cuda_fp16.h"))}
-    _toolchain = t
-    if lib and _disk.get() is not None:
+    t, found = _toolchain, False
+    if t is None:
         try:
-            fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".tmp-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(t, f)
-            os.replace(tmp, record)
-        except OSError:
-            pass                     # not recorded: the next process finds it again
+            r = json.loads(record.read_text())
+            fp16 = os.path.join(r["include"], "cuda_fp16.h")
+            if r["nvrtc_stamp"] == _stamp(r["nvrtc"]) and r["fp16_stamp"] == _stamp(fp16):
+                t = _toolchain = r
+                _recorded.add(str(record))
+                return t
+        except (OSError, ValueError, KeyError, TypeError):
+            pass                     # none yet, unreadable, or stale: found again below
+        nvrtc()
+        include = cuda_include()
+        lib = _nvrtc_library()
+        t = _toolchain = {"version": list(nvrtc_version()), "nvrtc": lib, "nvrtc_stamp": _stamp(lib) if lib else "",
+                          "include": include, "fp16_stamp": _stamp(os.path.join(include, "cuda_fp16.h"))}
+        found = True
+    if str(record) not in _recorded:
+        _recorded.add(str(record))
+        if t["nvrtc"] and (found or not record.exists()) and _disk.get() is not None:
+            try:
+                fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".tmp-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(t, f)
+                os.replace(tmp, record)
+            except OSError:
+                pass                 # not recorded: the next process finds it again
     return t
 
 

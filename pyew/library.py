@@ -162,6 +162,31 @@ class Manifest:
         return self._by_name.get(name)
 
 
+def op_of(o: dict, bind=None) -> Op:
+    """An Op from its manifest row. bind(entry, args) makes an entry point callable; without it the
+    op has no entry points (the ops of spec files loaded at run time, which run as fused formulas)."""
+    kernels = []
+    for k in o["kernels"]:
+        entries = []
+        for e in k["entries"] if bind is not None else ():
+            args = tuple((str(a), str(kind)) for a, kind in e["args"])
+            unknown = [kind for _, kind in args if kind not in _ABI_CTYPES]
+            if unknown:
+                raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
+            entries.append(Entry(e["role"], e["symbol"], args, bind(e, args)))
+        info = dt.BY_NAME[k["dtype"]]
+        ins = tuple(dt.BY_NAME[d] for d in k["in_dtypes"]) if "in_dtypes" in k else (info,) * len(o["inputs"])
+        if len(ins) != len(o["inputs"]):
+            raise ValueError(f"kernel {info.name} of op {o['name']} lists {len(ins)} input dtypes for "
+                             f"{len(o['inputs'])} inputs")
+        kernels.append(Kernel(info, dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")), tuple(entries), ins))
+    params = tuple(Param(p["name"], p["type"], p["default"]) for p in o["params"])
+    fixed = {str(name): dt.BY_NAME[d] for name, d in (o.get("fixed") or {}).items()}
+    return Op(o["name"], o["kind"], tuple(o["inputs"]), params, o.get("doc", ""), o.get("ref", ""),
+              o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels),
+              o.get("ufunc"), fixed, o.get("ulp"), o.get("launch"))
+
+
 class Library:
     def __init__(self, path: Path):
         self.path = path
@@ -250,27 +275,7 @@ class Library:
         return Manifest(int(raw["abi"]), files, self.build_command, ops, raw)
 
     def _op(self, o: dict) -> Op:
-        kernels = []
-        for k in o["kernels"]:
-            entries = []
-            for e in k["entries"]:
-                args = tuple((str(a), str(kind)) for a, kind in e["args"])
-                unknown = [kind for _, kind in args if kind not in _ABI_CTYPES]
-                if unknown:
-                    raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
-                fn = self._bind(e, args)
-                entries.append(Entry(e["role"], e["symbol"], args, fn))
-            info = dt.BY_NAME[k["dtype"]]
-            ins = tuple(dt.BY_NAME[d] for d in k["in_dtypes"]) if "in_dtypes" in k else (info,) * len(o["inputs"])
-            if len(ins) != len(o["inputs"]):
-                raise ValueError(f"kernel {info.name} of op {o['name']} lists {len(ins)} input dtypes for "
-                                 f"{len(o['inputs'])} inputs")
-            kernels.append(Kernel(info, dt.BY_NAME[k["out_dtype"]], bool(k.get("paired")), tuple(entries), ins))
-        params = tuple(Param(p["name"], p["type"], p["default"]) for p in o["params"])
-        fixed = {str(name): dt.BY_NAME[d] for name, d in (o.get("fixed") or {}).items()}
-        return Op(o["name"], o["kind"], tuple(o["inputs"]), params, o.get("doc", ""), o.get("ref", ""),
-                  o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels),
-                  o.get("ufunc"), fixed, o.get("ulp"), o.get("launch"))
+        return op_of(o, self._bind)
 
     def spec_path(self, recorded: str) -> Path:
         """Where a spec file the library was built from lies now: a relative path is taken from the

@@ -461,7 +461,7 @@ def test_report_tables():
 
 def test_targets():
     items = {t["target"]: t for t in targets.evaluate(rows())}
-    assert list(items) == [c[0] for c in targets.CHECKS] and len(items) == 30
+    assert list(items) == [c[0] for c in targets.CHECKS] and len(items) == 31
     by = lambda s: next(v for k, v in items.items() if k.startswith(s))   # noqa: E731
     assert by("cast f16->f32")["met"] is True and by("template >= 2x")["met"] is True
     assert by("binary ops")["met"] is True and by("host time per call")["met"] is True
@@ -485,7 +485,7 @@ def test_json_and_png(tmp_path, monkeypatch):
     bad = rows() + [{"suite": "map", "name": "x", "dtype": "float32", "n": 2, "impl": "pyew", "ms": float("nan")}]
     paths = report.write_all(tmp_path, bad, 3000.0, META, ["a note"], png=False)
     doc = json.loads(paths["json"].read_text())
-    assert doc["notes"] == ["a note"] and doc["rows"][-1]["ms"] is None and len(doc["targets"]) == 30
+    assert doc["notes"] == ["a note"] and doc["rows"][-1]["ms"] is None and len(doc["targets"]) == 31
     assert paths["table"].read_text().startswith("# pyew benchmark: Test GPU")
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     paths = report.write_all(tmp_path, rows(), 3000.0, META, [], png=True)

@@ -187,6 +187,8 @@ def test_simulated_run(gpu, tmp_path, capsys):
     stage = next(r for r in doc["rows"] if r["suite"] == "pcie" and r["name"] == "host copy into pinned")
     pcie = next(r for r in doc["rows"] if r["suite"] == "pcie" and r["name"] == "pinned both ways")
     assert stage["gbps"] > 0 and p["floor_ms"] == pytest.approx(p["bytes"] / (min(stage["gbps"], pcie["gbps"]) * 1e6))
+    fn = next(r for r in doc["rows"] if r["suite"] == "fusion numpy" and r["impl"] == "pyew")
+    assert fn["floor_ratio"] == pytest.approx(fn["ms"] / fn["floor_ms"]) and fn["floor_ms"] > 0
     assert ("numpy", "add", "float16", 1 << 12, "numpy") in got
     assert ("numpy", "gelu", "float16", 1 << 12, "torch") in got
     assert not any(k[0] == "numpy" and k[2] not in ("float32", "float16") for k in got)
@@ -201,6 +203,8 @@ def test_simulated_run(gpu, tmp_path, capsys):
 def test_torch_runs_on_pyews_buffers(gpu, tmp_path, capsys):
     cli.main(["--quick", "--sizes", "10", "--suites", "map", "--ops", "sigmoid,relu", "--dtypes", "f32",
               "--peers", "torch", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert not [n for n in doc["notes"] if "stopped" in n], doc["notes"]        # one size: the headline only
     torch = cli.peers_mod.LOADERS["torch"]().mod
     pyew_outs = {args[0] for sym, args in gpu.calls if sym == "ew_sigmoid_f32"}
     wrapped = [c.args[0].__cuda_array_interface__["data"][0] for c in torch.as_tensor.call_args_list]

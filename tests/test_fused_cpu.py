@@ -153,6 +153,25 @@ def test_disk_cache_serves_a_new_process(tmp_path, nvrtc_ok):
     assert not second["nvrtc_loaded"] and not second["cuda_core"], "a hit loads neither NVRTC nor cuda.core"
 
 
+def test_a_cache_folder_set_later_gets_the_toolchain_record(tmp_path, nvrtc_ok):
+    """A process that found NVRTC for one cache folder and then compiles into another records its
+    toolchain there too: the next process reading that folder's kernels does not load NVRTC."""
+    first, later = tmp_path / "first", tmp_path / "later"
+    switch = textwrap.dedent(f"""
+        import os
+        from pyew import jit
+        jit.toolchain()
+        os.environ["PYEW_CACHE_DIR"] = {str(later)!r}
+    """)
+    env = dict(os.environ, PYEW_CACHE_DIR=str(first), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", switch + SCRIPT.format(k=0.75)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert list(later.glob("toolchain-*")) and list(first.glob("toolchain-*"))
+    again = run_script(later, k=0.75)
+    assert again["compiled"] == 0 and again["disk"] == 1 and not again["nvrtc_loaded"]
+
+
 @pytest.mark.parametrize("damage", ["garbage", "stale"])
 def test_a_damaged_or_stale_toolchain_record_is_found_again(tmp_path, nvrtc_ok, damage):
     """The record of NVRTC's version and the CUDA headers: unreadable, or naming a library whose

@@ -233,6 +233,37 @@ def test_special_values_propagate(rng):
         check(pyew.evaluate(expr, local_dict={"x": pyew.asarray(x)}), {"x": x}, parsed(expr), expr)
 
 
+def test_first_calls_from_many_threads_get_their_own_kernels(rng):
+    """Threads calling a new formula at once on shapes that need different kernels (tails, a
+    broadcast, misaligned views) each get the kernel their call asked for."""
+    import threading
+    x = rng.uniform(-3, 3, (301, 257)).astype(np.float32)
+    w = rng.uniform(-1, 1, (257,)).astype(np.float32)
+    dx, dw = pyew.asarray(x), pyew.asarray(w)
+    flat, hflat = dx.reshape(-1), x.reshape(-1)
+    cases = [(dx, dw, x, w), (dx[1:], dw, x[1:], w), (flat[3:], flat[:-3], hflat[3:], hflat[:-3]),
+             (dx[7], dw, x[7], w), (flat[1:71719], flat[2:71720], hflat[1:71719], hflat[2:71720]),
+             (dx[5:9], dx[100:101], x[5:9], x[100:101])]
+    for round_ in range(3):
+        expr = f"gelu(x * w - 0.{round_}173)"       # a formula new to this process: its kernels are found now
+        start, got, errors = threading.Barrier(len(cases)), [None] * len(cases), []
+
+        def work(i, expr=expr, start=start, got=got, errors=errors):
+            try:
+                start.wait()
+                got[i] = pyew.evaluate(expr, local_dict={"x": cases[i][0], "w": cases[i][1]}).get()
+            except Exception as e:
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for i, (*_, hx, hw) in enumerate(cases):
+            check(got[i], {"x": hx, "w": hw}, parsed(expr), f"case {i}, round {round_}")
+
+
 def test_mixed_dtypes_promote_over_the_formula(rng):
     x = rng.uniform(-2, 2, 1001).astype(np.float16)
     y = rng.uniform(-2, 2, 1001).astype(np.float32)

@@ -17,6 +17,7 @@ from .. import runtime as rt
 from ..array import empty
 from ..fused import evaluate
 from ..interop import asarray
+from . import suite_numpy
 from .harness import Suite, Table, gpu, host, random_device, random_host_n
 
 GELU, SIX = "gelu(x * w + b)", "silu(x * w + b) * y + z * 0.5"
@@ -91,14 +92,26 @@ def _sizes(run, sizes) -> list[int]:
 
 def _numpy(run, table) -> None:
     n = _sizes(run, (1 << 26,))[0]
+    if not _rates(run):             # the pageable floor's rates, unless the numpy suite measured them
+        suite_numpy.pcie(run)
+    rates = _rates(run)
+    floor_ms = 16 * n / (min(rates) * 1e6) if rates else None
     xs = {c: random_host_n(run.rng, "float32", n) for c in "xwb"}
     calls = {"pyew": functools.partial(evaluate, GELU, xs),
              "pyew op by op": functools.partial(CASES[GELU]["ops"], table, **xs)}
     if "numexpr" in run.peers:
         calls["numexpr"] = functools.partial(run.peers["numexpr"].mod.evaluate, NE_GELU, xs)
     for impl, fn in calls.items():
-        run.measure("fusion numpy", GELU, "float32", n, impl, functools.partial(host, fn, budget_s=2.0),
-                    bytes=16 * n)
+        row = run.measure("fusion numpy", GELU, "float32", n, impl, functools.partial(host, fn, budget_s=2.0),
+                          bytes=16 * n)
+        if row and floor_ms and impl == "pyew":
+            row["floor_ms"], row["floor_ratio"] = floor_ms, row["ms"] / floor_ms
+
+
+def _rates(run) -> list[float]:
+    """The pinned both-ways PCIe rate and the host's copy rate into pinned memory, where measured."""
+    return [r["gbps"] for r in run.rows if r["suite"] == "pcie" and r.get("gbps")
+            and r["name"] in ("pinned both ways", "host copy into pinned")]
 
 
 def _compile_times(run, table) -> None:
@@ -128,7 +141,10 @@ SUITES = (Suite("fusion", "formulas as one kernel: pyew.evaluate vs op by op, Py
                 "cupy.fuse, CuPy ElementwiseKernel, numexpr; compile and cache times", run_fusion,
                 (Table("Fused formulas on the GPU (ms; x floor: the bytes at the copy rate)", "fusion",
                        value=("ms", "x_floor"), keys=("name", "dtype", "n"), where=lambda r: r["n"]),
-                 Table("Fused formulas, numpy in and out (ms)", "fusion numpy", value=("ms",)),
+                 Table("Fused formulas, numpy in and out (ms)", "fusion numpy", value=("ms",),
+                       fields=("floor_ms", "floor_ratio"),
+                       text="The floor: the call's bytes (3 inputs, 1 output) over the slower of the pinned "
+                       "both-ways bandwidth and the host's multi-threaded copy rate into pinned memory."),
                  Table("First calls (ms)", "fusion", value=("ms",), keys=("name", "dtype"),
                        where=lambda r: not r["n"]),
                  Table("Host time per call, 1-element DeviceArrays (µs)", "fusion host", value=("us_per_call",),

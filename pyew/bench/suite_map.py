@@ -114,7 +114,8 @@ def run_map(run) -> None:
     if not cases:
         return run.note("map: no op/dtype matches --ops/--dtypes")
     run_cases(run, cases, sizes[-1:], sustained_n=sizes[-1] if run.args.sustained else None)
-    run_cases(run, cases, sizes[:-1])
+    if len(sizes) > 1:
+        run_cases(run, cases, sizes[:-1])
 
 
 SUITES = (

@@ -120,6 +120,7 @@ CHECKS = (
     ("fused formulas on the GPU: <= 1.02x the floor of their bytes", value("fusion", "x_floor", 1.02, "x", GPU_F)),
     ("fused formulas: >= 1.9x PyTorch eager", faster("fusion", "torch", 1.9, GPU_F)),
     ("fused gelu(x*w+b), numpy in/out, float32 2^26: <= 30 ms", value("fusion numpy", "ms", 30.0, " ms")),
+    ("... within 1.5x of its pageable floor", value("fusion numpy", "floor_ratio", 1.5, "x")),
     ("... >= 7x numexpr and >= 2.8x pyew op by op", lambda R: both(faster("fusion numpy", "numexpr", 7.0)(R),
                                                                  faster("fusion numpy", "pyew op by op", 2.8)(R))),
     ("first call of a new formula <= 150 ms", value("fusion", "ms", 150.0, " ms", lambda r: r["name"] == "first call")),

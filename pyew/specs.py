@@ -1,0 +1,171 @@
+"""Spec files loaded at run time: pyew.load_spec("my_ops.toml") parses a spec file with the
+generator's own validation (errors name the file, the op and the field), renders its map ops'
+device functions, and makes each op callable, and usable by name in formulas, without nvcc or
+make. An op runs as the formula of that one op (inside pyew.fuse, it joins the traced formula):
+compiled by NVRTC on its first call for a signature, cached in memory and on disk like every
+formula (pyew/jit.py), and run on the library's call path (pyew/fused.py, pyew/call.py).
+
+The rendered headers live under the kernel cache folder, in a folder named by their digest, which
+is also part of each kernel's cache key. An op name stays bound to its first definition in a
+process: loading another definition of a loaded name is refused (a new process can load it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from . import jit, library
+from .formula import Call, Var, trace_if_traced
+
+_lock = threading.Lock()
+_ops: dict[str, tuple[library.Op, str, str]] = {}     # name -> (op, its definition's digest, spec file)
+_dirs: list[str] = []
+_version = 0
+
+
+def version() -> int:
+    """Changes whenever ops are added (the formula vocabulary is rebuilt then)."""
+    return _version
+
+
+def loaded_ops() -> dict[str, library.Op]:
+    """Every op loaded from spec files in this process, by name."""
+    return {name: v[0] for name, v in _ops.items()}
+
+
+def include_dirs() -> list[str]:
+    """The folders holding loaded ops' device functions (fn/<op>.cuh), for NVRTC."""
+    return list(_dirs)
+
+
+class SpecOps:
+    """The ops of a spec file loaded by pyew.load_spec, as attributes:
+    ops.NAME(*inputs, out=None, stream=None, **params)."""
+
+    def __init__(self, path: str, functions: dict):
+        self.path = path
+        self.names = tuple(functions)
+        self.__dict__.update(functions)
+
+    def __repr__(self):
+        return f"<pyew ops from {self.path}: {', '.join(self.names)}>"
+
+
+def load_spec(path) -> SpecOps:
+    """Make the map ops of a spec file callable without building the library: each one as
+    `ops.name(*inputs, out=None, stream=None, **params)` on the returned object, and by name in
+    pyew.evaluate and pyew.fuse. The file has the format of libew/ops.toml; its ops may call the
+    loaded library's ops. Each op is compiled by NVRTC on its first call for a signature (operand
+    dtypes and kinds, the values of its params), then cached in memory and on disk. Loading the same
+    file again returns its ops again; another definition of a loaded op name is refused."""
+    try:
+        from generator import render
+        from generator import spec as gspec
+    except ImportError as e:
+        raise RuntimeError(f"pyew.load_spec renders kernels with pyew's generator and mako, which this Python cannot "
+                           f"import ({e}); run pyew from its checkout after `make all`, which installs mako") from None
+    why = jit.unavailable()
+    if why:
+        raise RuntimeError(f"pyew.load_spec compiles ops with NVRTC: {why}")
+    lib = library.get()
+    user = Path(os.fspath(path))
+    if not user.is_file():
+        raise FileNotFoundError(f"pyew.load_spec: no spec file at {user}")
+    base = [lib.spec_path(f.path) for f in lib.manifest.spec_files]
+    base = [p for p in base if p.is_file()]
+    if any(p.resolve() == user.resolve() for p in base):
+        raise ValueError(f"pyew.load_spec: {user} is one of the library's own spec files; its ops are built in "
+                         "(pyew.ops() lists them)")
+    spec = gspec.load([*base, user])      # the library's ops too: an op may call them, and names must differ
+    shown = gspec.spec_path(user)
+    mine = [op for op in spec.ops if op.source == shown]
+    for op in mine:
+        if op.kind != "map":
+            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'kind': {op.kind!r}: pyew.load_spec compiles "
+                                  "map ops only; build other kinds into the library with make")
+        if lib.manifest.op(op.name) is not None:
+            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': the loaded library already has an op "
+                                  "of this name")
+    headers = {op.name: render.fn_header(op, spec) for op in mine}
+    entries = {op.name: render.op_entry(op, spec) for op in mine}
+    digest = hashlib.sha256("\0".join(f"{n}\0{h}" for n, h in sorted(headers.items())).encode()).hexdigest()
+    defs = {n: hashlib.sha256((headers[n] + json.dumps(entries[n], sort_keys=True)).encode()).hexdigest()
+            for n in headers}
+    global _version
+    with _lock:
+        for name, d in defs.items():
+            got = _ops.get(name)
+            if got is not None and got[1] != d:
+                raise ValueError(f"pyew.load_spec: op {name!r} of {shown} differs from the one this process loaded "
+                                 f"from {got[2]}; an op keeps its first definition in a process (start a new one "
+                                 "to use the other)")
+        new = [n for n in defs if n not in _ops]
+        if new:
+            folder = _write_headers(digest, {n: headers[n] for n in headers})
+            if folder not in _dirs:
+                _dirs.append(folder)
+            for name in new:
+                _ops[name] = (library.op_of(entries[name]), defs[name], shown)
+            _version += 1
+    return SpecOps(shown, {name: _function(_ops[name][0]) for name in headers})
+
+
+def _write_headers(digest: str, headers: dict[str, str]) -> str:
+    """The folder holding fn/<op>.cuh for these headers: under the kernel cache, else (an unusable
+    cache folder) a temporary one. Each file is written to a temporary name and renamed, so a
+    process compiling at the same time reads a whole header."""
+    for root in (jit.cache_dir() / "specs", None):
+        try:
+            folder = Path(root / digest[:24]) if root is not None else Path(tempfile.mkdtemp(prefix="pyew-spec-"))
+            (folder / "fn").mkdir(parents=True, exist_ok=True)
+            for name, text in headers.items():
+                target = folder / "fn" / f"{name}.cuh"
+                if target.is_file() and target.read_text() == text:
+                    continue
+                fd, tmp = tempfile.mkstemp(dir=folder / "fn", prefix=".tmp-")
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                os.replace(tmp, target)
+            return str(folder)
+        except OSError:
+            if root is None:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _function(op: library.Op):
+    """op as a Python function: the formula `op(inputs..., params...)` run on the call path."""
+    inputs = list(op.inputs)
+    text = f"{op.name}({', '.join(inputs)})"
+    known = {p.name for p in op.params}
+    trees: dict = {}
+
+    def call(*args, out=None, stream=None, **params):
+        traced = trace_if_traced(op.name, args, params)      # inside pyew.fuse: build the formula instead
+        if traced is not None:
+            return traced
+        if len(args) != len(inputs):
+            raise TypeError(f"{op.name}() takes {len(inputs)} input(s) ({', '.join(inputs)}), got {len(args)}")
+        key = tuple(sorted(params.items()))
+        tree = trees.get(key)
+        if tree is None:
+            bad = sorted(set(params) - known)
+            if bad:
+                raise TypeError(f"{op.name}() has no param {', '.join(bad)} (its params: "
+                                f"{', '.join(sorted(known)) or 'none'})")
+            for k, v in params.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError(f"{op.name}(): param {k} must be a number, not {type(v).__name__}")
+            tree = trees[key] = Call(op.name, tuple(Var(n) for n in inputs), key)
+        # imported here: fused imports this module for its vocabulary
+        from . import fused
+        return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
+
+    call.__name__ = call.__qualname__ = op.name
+    call.__doc__ = f"{op.doc}\n\n{op.name}({', '.join(inputs + [f'{p.name}={p.default}' for p in op.params])}, " \
+                   "out=None, stream=None), loaded by pyew.load_spec from " + op.source
+    return call

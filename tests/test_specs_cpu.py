@@ -1,0 +1,157 @@
+"""pyew.load_spec without a GPU: a spec file's validation and errors (the generator's, naming the
+file, the op and the field), the ops' place in the formula vocabulary, their device functions
+compiled by NVRTC, and the errors of calling them, raised before anything runs."""
+from __future__ import annotations
+
+import itertools
+import textwrap
+
+import pytest
+
+import pyew
+from pyew import dtypes as dt
+from pyew import fused, jit, specs
+
+from .helpers import ROOT, manifest_ops
+
+pytest.importorskip("mako", reason="mako (the generator's template engine) is not installed")
+pytestmark = pytest.mark.skipif(not manifest_ops(), reason="libew.so not built (make all)")
+
+_ids = itertools.count()
+
+
+def spec_file(tmp_path, body: str, name: str = "ops.toml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def fresh(stem: str) -> str:
+    """An op name no other test of this process has loaded (an op keeps its first definition)."""
+    return f"{stem}_{next(_ids)}_{id(_ids) % 9973}"
+
+
+def test_example_ops_load_and_join_the_vocabulary():
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    assert ops.names == ("bias_gelu", "softplus")
+    assert callable(ops.softplus) and ops.softplus.__name__ == "softplus" and "beta" in ops.softplus.__doc__
+    vocab = fused.vocabulary()
+    assert vocab["softplus"].inputs == ("x",) and [p.name for p in vocab["softplus"].params] == ["beta"]
+    assert {d.name for d in vocab["bias_gelu"].dtypes} >= {"float32", "float16", "bfloat16", "float64"}
+    assert pyew.load_spec(ROOT / "examples" / "my_ops.toml").names == ops.names      # again: the same ops
+    tree, names = fused.parse("softplus(x, beta=2.0) + bias_gelu(x, y)")
+    assert names == ["x", "y"]
+
+
+def test_loaded_ops_compile_with_nvrtc():
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    for d in ("float32", "float16"):
+        info = dt.BY_NAME[d]
+        tree, _ = fused.parse("softplus(x, beta=0.5) * bias_gelu(x, y)")
+        p = fused.Program(tree, (fused.Arg("x", True, info), fused.Arg("y", True, info)), "t")
+        assert '#include "fn/softplus.cuh"' in p.source and '#include "fn/bias_gelu.cuh"' in p.source
+        need = [0, 0, 256, 1, 0, 1, 0, 16 // info.itemsize, 0, 0, 0]
+        _, name, cubin = jit.cubin(p.source, jit.name_expression(need, info.ctype, [info.ctype] * 2), "sm_90", "t")
+        assert cubin[:4] == b"\x7fELF" and name.startswith("_Z")
+    assert any(d.endswith(tuple("0123456789abcdef")) for d in specs.include_dirs())
+
+
+def test_an_op_may_call_the_librarys_ops_and_another_loaded_op(tmp_path):
+    a, b = fresh("twice_relu"), fresh("plus_one")
+    ops = pyew.load_spec(spec_file(tmp_path, f"""
+        [[op]]
+        name = "{b}"
+        inputs = ["x"]
+        dtypes = ["float32"]
+        expr = "x + C(1)"
+        ref = "x + 1"
+        doc = "x + 1."
+
+        [[op]]
+        name = "{a}"
+        inputs = ["x"]
+        dtypes = ["float32"]
+        expr = "{b}(relu(x)) * C(2)"
+        ref = "(np.maximum(x, 0) + 1) * 2"
+        doc = "2 (relu(x) + 1)."
+    """))
+    assert set(ops.names) == {a, b}
+    header = (__import__("pathlib").Path(specs.include_dirs()[-1]) / "fn" / f"{a}.cuh").read_text()
+    assert f'#include "fn/{b}.cuh"' in header and '#include "fn/relu.cuh"' in header
+
+
+@pytest.mark.parametrize("body, match", [
+    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\ndoc = "d."\ncolour = 1',
+     r"ops\.toml: op '{n}': field 'colour': unknown key"),
+    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float99"]\nexpr = "x"\nref = "x"\ndoc = "d."',
+     r"ops\.toml: op '{n}': field 'dtypes': unknown dtype 'float99'"),
+    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"',
+     r"ops\.toml: op '{n}': field 'doc'"),
+    ('name = "{n}"\nkind = "relu_mask"\ninputs = ["x"]\ndtypes = ["float"]\ndoc = "d."',
+     r"ops\.toml: op '{n}': field 'kind': 'relu_mask': pyew\.load_spec compiles map ops only"),
+])
+def test_bad_spec_files_fail_with_the_file_the_op_and_the_field(tmp_path, body, match):
+    n = fresh("bad")
+    with pytest.raises(ValueError, match=match.format(n=n)):
+        pyew.load_spec(spec_file(tmp_path, "[[op]]\n" + body.format(n=n) + "\n"))
+    assert n not in fused.vocabulary()
+
+
+def test_a_name_the_library_has_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"ops\.toml: op 'sigmoid': field 'name': duplicate op name; first defined in "
+                       r"libew/ops\.toml"):
+        pyew.load_spec(spec_file(tmp_path, '[[op]]\nname = "sigmoid"\ninputs = ["x"]\ndtypes = ["float32"]\n'
+                                           'expr = "x"\nref = "x"\ndoc = "d."\n'))
+
+
+def test_another_definition_of_a_loaded_name_is_refused(tmp_path):
+    n = fresh("half")
+    first = spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
+                                f'expr = "x * C(0.5)"\nref = "x * 0.5"\ndoc = "d."\n', "a.toml")
+    pyew.load_spec(first)
+    other = spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
+                                f'expr = "x * C(0.25)"\nref = "x * 0.25"\ndoc = "d."\n', "b.toml")
+    with pytest.raises(ValueError, match=rf"op '{n}' of .*b\.toml differs from the one this process loaded from "
+                       r".*a\.toml"):
+        pyew.load_spec(other)
+    assert fused.vocabulary()[n].source.endswith("a.toml")
+
+
+def test_missing_files_and_the_librarys_own_spec_are_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no spec file at"):
+        pyew.load_spec(tmp_path / "nothing.toml")
+    with pytest.raises(ValueError, match="one of the library's own spec files"):
+        pyew.load_spec(ROOT / "libew" / "ops.toml")
+
+
+def test_calls_with_wrong_arguments_raise_before_anything_runs():
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    with pytest.raises(TypeError, match=r"bias_gelu\(\) takes 2 input\(s\) \(x, b\), got 1"):
+        ops.bias_gelu([1.0])
+    with pytest.raises(TypeError, match=r"softplus\(\) has no param gamma \(its params: beta\)"):
+        ops.softplus([1.0], gamma=2.0)
+    with pytest.raises(TypeError, match=r"softplus\(\): param beta must be a number, not str"):
+        ops.softplus([1.0], beta="2")
+
+
+def test_a_compile_error_names_the_op_not_a_page_of_cpp(tmp_path):
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    n = fresh("broken")
+    pyew.load_spec(spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
+                                       f'expr = "x + nosuchfunction(x)"\nref = "x"\ndoc = "d."\n'))
+    tree, _ = fused.parse(f"{n}(x)")
+    p = fused.Program(tree, (fused.Arg("x", True, dt.BY_NAME["float32"]),), f"{n}(x)")
+    need = [0, 0, 256, 1, 0, 1, 0, 4, 0, 0, 0]
+    with pytest.raises(jit.CompileError, match=rf"formula '{n}\(x\)'.*nosuchfunction") as e:
+        jit.cubin(p.source, jit.name_expression(need, "float", ["float"]), "sm_90", f"{n}(x)")
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_fuse_traces_loaded_ops():
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    from pyew import formula
+    t = ops.softplus(formula.Traced(formula.Var("x")), beta=2.0)
+    assert isinstance(t, formula.Traced) and t.node == formula.Call("softplus", (formula.Var("x"),), (("beta", 2.0),))
