@@ -43,15 +43,106 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
     else return ::fn(a, b);                                                                         \
   }
 EW_NP_VIA_DOUBLE_1(tan, tan)
-EW_NP_VIA_DOUBLE_1(sinh, sinh)
 EW_NP_VIA_DOUBLE_1(cosh, cosh)
-EW_NP_VIA_DOUBLE_1(arccosh, acosh)
-EW_NP_VIA_DOUBLE_1(arctanh, atanh)
 EW_NP_VIA_DOUBLE_1(erfc, erfc)
 EW_NP_VIA_DOUBLE_2(arctan2, atan2)
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_1
 #undef EW_NP_VIA_DOUBLE_2
+
+// float32 sinh, arctanh and arccosh in double, at a fraction of the cost of double sinh, atanh and
+// acosh (those keep float32 calls compute-bound): sinh from double exp, the other two from a log
+// whose series stops at about 2^-45, enough for a float result. Any double error of a few 2^-45 is
+// about 2^-21 of a float ulp, so the one rounding to float stays within 1 ulp. Below 2^-5 the exp
+// form cancels, and sinh's Taylor series takes over (its next term is below 2^-58 there).
+__device__ __forceinline__ float sinh_via_exp(float x) {
+  const double a = ::fabs(static_cast<double>(x));
+  double r;
+  if (a < 0.03125) {
+    const double a2 = a * a;
+    r = a + a * a2 * (1.0 / 6 + a2 * (1.0 / 120 + a2 * (1.0 / 5040)));
+  } else {
+    const double e = ::exp(a);
+    r = 0.5 * (e - 1.0 / e);
+  }
+  return ::copysignf(static_cast<float>(r), x);
+}
+
+// The pieces of arctanh and arccosh below: double precision where a float result needs it (about
+// 2^-39), and no further. atanh(s) for |s| < 0.18 by its series (the next term is below 2^-39 of
+// the result); 2^k as a double from its bits (|k| < 1000); 1 / d from float's estimate and one
+// Newton step (2^-46), for d in [1, 4].
+__device__ __forceinline__ double atanh_series(double s) {
+  const double s2 = s * s;
+  return s + s * s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11 + s2 * (1.0 / 13))))));
+}
+
+__device__ __forceinline__ double pow2(int k) { return __hiloint2double((k + 1023) << 20, 0); }
+
+__device__ __forceinline__ double recip(double d) {
+  const double r = __frcp_rn(static_cast<float>(d));
+  return ::fma(r, ::fma(-d, r, 1.0), r);
+}
+
+constexpr double kLn2 = 0.69314718055994530942;
+
+// atanh(a) = log(q) / 2 with q = (1 + a) / (1 - a) = 2^k m, m within about [0.7, 1.42):
+// k ln2 / 2 + atanh(s), s = (m - 1) / (m + 1) = ((1 + a) - 2^k (1 - a)) / ((1 + a) + 2^k (1 - a)),
+// k from q in float (an estimate is enough). For a >= 1/8, 1 + a and 1 - a are exact in double;
+// below it, atanh(a) is the series itself.
+__device__ __forceinline__ float arctanh_via_log(float x) {
+  const float a = ::fabsf(x);
+  if (!(a < 1.0f)) return a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
+  const double d = a;
+  double r;
+  if (a < 0.125f) {
+    r = atanh_series(d);
+  } else {
+    const int k = ((__float_as_int((1.0f + a) / (1.0f - a) * 0.70710678f) >> 23) & 0xff) - 126;
+    const double num = 1.0 + d, scaled = pow2(k) * (1.0 - d);
+    r = k * (0.5 * kLn2) + atanh_series((num - scaled) * recip(num + scaled));
+  }
+  return ::copysignf(static_cast<float>(r), x);
+}
+
+// acosh(x) = log(y), y = x + sqrt(x^2 - 1) = 2^k m: k ln2 + 2 atanh((m - 1) / (m + 1)). x * x - 1
+// is exact in double for a float x (a 48-bit square), so near 1 nothing cancels; its square root is
+// float's estimate and one Newton step. From 2^30 on, y = 2x to within 2^-62.
+__device__ __forceinline__ float arccosh_via_log(float x) {
+  if (!(x >= 1.0f)) return __int_as_float(0x7fc00000);           // below 1, or NaN
+  if (x == 1.0f || x == __int_as_float(0x7f800000)) return x == 1.0f ? 0.0f : x;
+  const double d = x;
+  double y;
+  if (x < 1073741824.0f) {
+    const double q = ::fma(d, d, -1.0);
+    const double r0 = ::rsqrtf(static_cast<float>(q));
+    const double r1 = r0 * ::fma(-0.5 * q * r0, r0, 1.5);
+    y = d + q * r1;
+  } else {
+    y = 2.0 * d;
+  }
+  const int k = ((__double2hiint(y * 0.70710678118654752) >> 20) & 0x7ff) - 1022;
+  const double m = y * pow2(-k);
+  return static_cast<float>(k * kLn2 + 2.0 * atanh_series((m - 1.0) * recip(m + 1.0)));
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C sinh(C x) {
+  if constexpr (via_double_v<R, C>) return sinh_via_exp(x);
+  else return ::sinh(x);
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C arctanh(C x) {
+  if constexpr (via_double_v<R, C>) return arctanh_via_log(x);
+  else return ::atanh(x);
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C arccosh(C x) {
+  if constexpr (via_double_v<R, C>) return arccosh_via_log(x);
+  else return ::acosh(x);
+}
 
 // ---- classification, from the bits: exact for every input, and integers and bools are finite ----
 
