@@ -80,16 +80,25 @@ def load_spec(path) -> SpecOps:
     if any(p.resolve() == user.resolve() for p in base):
         raise ValueError(f"pyew.load_spec: {user} is one of the library's own spec files; its ops are built in "
                          "(pyew.ops() lists them)")
-    spec = gspec.load([*base, user])      # the library's ops too: an op may call them, and names must differ
     shown = gspec.spec_path(user)
+    own = gspec.parse_text(gspec.decode(user.read_bytes(), shown), shown)     # its own fields' errors first
+    if not own:
+        raise gspec.SpecError(f"{shown}: no ops defined")
+    # imported here: fused imports this module for its vocabulary
+    from . import fused
+    taken = fused.vocabulary()
+    for op in own:
+        if op.name in taken and op.name not in _ops:
+            lib_op = taken[op.name].name
+            why = ("the loaded library already has an op of this name" if lib_op == op.name else
+                   f"formulas already call the library's op {lib_op!r} by this name (numpy's name for it)")
+            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': {why}; choose another")
+    spec = gspec.load([*base, user])      # with the library's ops: an op may call them
     mine = [op for op in spec.ops if op.source == shown]
     for op in mine:
         if op.kind != "map":
             raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'kind': {op.kind!r}: pyew.load_spec compiles "
                                   "map ops only; build other kinds into the library with make")
-        if lib.manifest.op(op.name) is not None:
-            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': the loaded library already has an op "
-                                  "of this name")
     headers = {op.name: render.fn_header(op, spec) for op in mine}
     entries = {op.name: render.op_entry(op, spec) for op in mine}
     digest = hashlib.sha256("\0".join(f"{n}\0{h}" for n, h in sorted(headers.items())).encode()).hexdigest()
@@ -161,7 +170,6 @@ def _function(op: library.Op):
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError(f"{op.name}(): param {k} must be a number, not {type(v).__name__}")
             tree = trees[key] = Call(op.name, tuple(Var(n) for n in inputs), key)
-        # imported here: fused imports this module for its vocabulary
         from . import fused
         return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
 

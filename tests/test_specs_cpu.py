@@ -100,10 +100,20 @@ def test_bad_spec_files_fail_with_the_file_the_op_and_the_field(tmp_path, body, 
 
 
 def test_a_name_the_library_has_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"ops\.toml: op 'sigmoid': field 'name': duplicate op name; first defined in "
-                       r"libew/ops\.toml"):
+    with pytest.raises(ValueError, match=r"ops\.toml: op 'sigmoid': field 'name': the loaded library already has an "
+                       r"op of this name; choose another"):
         pyew.load_spec(spec_file(tmp_path, '[[op]]\nname = "sigmoid"\ninputs = ["x"]\ndtypes = ["float32"]\n'
                                            'expr = "x"\nref = "x"\ndoc = "d."\n'))
+
+
+def test_numpys_names_of_library_ops_and_empty_files_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"op 'multiply': field 'name': formulas already call the library's op "
+                       r"'mul' by this name"):
+        pyew.load_spec(spec_file(tmp_path, '[[op]]\nname = "multiply"\ninputs = ["x", "y"]\ndtypes = ["float32"]\n'
+                                           'expr = "x * y * C(2)"\nref = "x * y * 2"\ndoc = "d."\n'))
+    assert fused.vocabulary()["multiply"].name == "mul"
+    with pytest.raises(ValueError, match=r"empty\.toml: no ops defined"):
+        pyew.load_spec(spec_file(tmp_path, "# nothing yet\n", "empty.toml"))
 
 
 def test_another_definition_of_a_loaded_name_is_refused(tmp_path):
