@@ -62,12 +62,17 @@ def load_spec(path) -> SpecOps:
     loaded library's ops. Each op is compiled by NVRTC on its first call for a signature (operand
     dtypes and kinds, the values of its params), then cached in memory and on disk. Loading the same
     file again returns its ops again; another definition of a loaded op name is refused."""
-    try:
-        from generator import render
-        from generator import spec as gspec
-    except ImportError as e:
-        raise RuntimeError(f"pyew.load_spec renders kernels with pyew's generator and mako, which this Python cannot "
-                           f"import ({e}); run pyew from its checkout after `make all`, which installs mako") from None
+    try:                                  # an installed pyew ships it as pyew._generator
+        from ._generator import render
+        from ._generator import spec as gspec
+    except ImportError:
+        try:                              # a checkout has it beside pyew/
+            from generator import render
+            from generator import spec as gspec
+        except ImportError as e:
+            raise RuntimeError(f"pyew.load_spec renders kernels with pyew's generator and mako, which this Python "
+                               f"cannot import ({e}): `pip install mako`, and run pyew from its checkout or an "
+                               "installed wheel") from None
     why = jit.unavailable()
     if why:
         raise RuntimeError(f"pyew.load_spec compiles ops with NVRTC: {why}")
@@ -75,8 +80,7 @@ def load_spec(path) -> SpecOps:
     user = Path(os.fspath(path))
     if not user.is_file():
         raise FileNotFoundError(f"pyew.load_spec: no spec file at {user}")
-    base = [lib.spec_path(f.path) for f in lib.manifest.spec_files]
-    base = [p for p in base if p.is_file()]
+    base = [p for p in (_built_from(lib, f.path) for f in lib.manifest.spec_files) if p is not None]
     if any(p.resolve() == user.resolve() for p in base):
         raise ValueError(f"pyew.load_spec: {user} is one of the library's own spec files; its ops are built in "
                          "(pyew.ops() lists them)")
@@ -121,6 +125,17 @@ def load_spec(path) -> SpecOps:
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
             _version += 1
     return SpecOps(shown, {name: _function(_ops[name][0]) for name in headers})
+
+
+def _built_from(lib: library.Library, recorded: str) -> Path | None:
+    """A spec file the library was built from: in its checkout, or the copy a wheel ships in
+    pyew/_lib/spec."""
+    p = lib.spec_path(recorded)
+    if p.is_file():
+        return p
+    r = Path(recorded)
+    shipped = Path(__file__).resolve().parent / "_lib" / "spec" / (r.name if r.is_absolute() else r)
+    return shipped if shipped.is_file() else None
 
 
 def _write_headers(digest: str, headers: dict[str, str]) -> str:
