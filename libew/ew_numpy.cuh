@@ -52,9 +52,9 @@ EW_NP_VIA_DOUBLE_2(hypot, hypot)
 
 // float32 sinh, arctanh and arccosh in double, at a fraction of the cost of double sinh, atanh and
 // acosh (those keep float32 calls compute-bound): sinh from double exp, the other two from a log
-// whose series stops at about 2^-45, enough for a float result. Any double error of a few 2^-45 is
-// about 2^-21 of a float ulp, so the one rounding to float stays within 1 ulp. Below 2^-5 the exp
-// form cancels, and sinh's Taylor series takes over (its next term is below 2^-58 there).
+// whose series stops at about 2^-39, enough for a float result. An error of a few 2^-39 is about
+// 2^-14 of a float ulp, so the one rounding to float stays within 1 ulp. Below 2^-5 the exp form
+// cancels, and sinh's Taylor series takes over (its next term is below 2^-58 there).
 __device__ __forceinline__ float sinh_via_exp(float x) {
   const double a = ::fabs(static_cast<double>(x));
   double r;

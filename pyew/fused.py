@@ -35,7 +35,7 @@ from .operands import DEVICE, SCALAR, Operand, broadcast_shape, classify, kernel
 # ---- the vocabulary -------------------------------------------------------------------------------
 
 _vocab_lock = threading.Lock()
-_vocab: tuple[object, dict, frozenset] | None = None
+_vocab: tuple[object, dict, frozenset, int] | None = None      # (library, table, its names, specs.version())
 
 
 def vocabulary() -> dict[str, library.Op]:
@@ -51,7 +51,7 @@ def vocabulary() -> dict[str, library.Op]:
             table: dict[str, library.Op] = {op.name: op for op in lib.manifest.ops if op.kind == "map"}
             for ufunc, name in ufuncs.ufunc_table().items():
                 table.setdefault(ufunc, lib.manifest.op(name))
-            for name, op in specs.loaded_ops().items():      # pyew.load_spec's ops, by name
+            for name, op in specs.loaded_ops().items():      # load_spec refuses names taken above
                 table.setdefault(name, op)
             v = _vocab = (lib, table, frozenset(table), version)
     return v[1]
@@ -412,7 +412,11 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
         op = vocab.get(n.op)
         if op is None:
             raise FormulaError(f"formula {text!r} uses {n.op!r}, which the loaded library has no op for")
-        return table[op.name](*[ev(a) for a in n.args], **dict(n.params), stream=stream)
+        fn = table.get(op.name)
+        if fn is None:
+            raise FormulaError(f"formula {text!r} uses {n.op!r}, an op of {op.source} loaded by pyew.load_spec, "
+                               f"which runs only compiled: {why}")
+        return fn(*[ev(a) for a in n.args], **dict(n.params), stream=stream)
 
     r = ev(tree)
     if not isinstance(r, DeviceArray):

@@ -121,23 +121,27 @@ _INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
 @functools.lru_cache(maxsize=256)
 def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
-    """A digest of libew's headers and the op device functions a kernel includes (`includes`, as
-    its #include lines name them): a rebuilt library with changed ops or headers makes new keys."""
+    """A digest of libew's headers (each folder's own .cuh files) and of the op device functions a
+    kernel includes (`includes`, as its #include lines name them), with those they include in turn,
+    each found as NVRTC finds it, in the first folder that has it: a rebuilt library with changed
+    ops or headers makes new keys, a loaded spec op's included library ops among them."""
+    found: dict[str, str] = {}
+    todo = [f for f in includes if "/" in f]
+    while todo:                      # the op headers a kernel includes, and those they include (add_relu: relu)
+        name = todo.pop()
+        if name in found:
+            continue
+        path = next((p for p in (os.path.join(d, name) for d in dirs) if os.path.exists(p)), None)
+        if path is None:
+            continue
+        found[name] = path
+        with open(path) as f:
+            todo += [i for i in _INCLUDE.findall(f.read()) if "/" in i]
     h = hashlib.sha256()
-    for d in dirs:
-        names = sorted(f for f in os.listdir(d) if f.endswith(".cuh"))
-        todo, seen = [f for f in includes if "/" in f], set()
-        while todo:                  # the op headers a kernel includes, and those they include (add_relu: relu)
-            name = todo.pop()
-            path = os.path.join(d, name)
-            if name in seen or not os.path.exists(path):
-                continue
-            seen.add(name)
-            with open(path) as f:
-                todo += [i for i in _INCLUDE.findall(f.read()) if "/" in i]
-        for name in names + sorted(seen):
-            with open(os.path.join(d, name), "rb") as f:
-                h.update(name.encode() + b"\0" + f.read() + b"\0")
+    own = [(f, os.path.join(d, f)) for d in dirs for f in sorted(os.listdir(d)) if f.endswith(".cuh")]
+    for name, path in own + sorted(found.items()):
+        with open(path, "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 

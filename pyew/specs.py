@@ -5,25 +5,30 @@ make. An op runs as the formula of that one op (inside pyew.fuse, it joins the t
 compiled by NVRTC on its first call for a signature, cached in memory and on disk like every
 formula (pyew/jit.py), and run on the library's call path (pyew/fused.py, pyew/call.py).
 
-The rendered headers live under the kernel cache folder, in a folder named by their digest, which
-is also part of each kernel's cache key. An op name stays bound to its first definition in a
-process: loading another definition of a loaded name is refused (a new process can load it).
+The rendered headers live under the kernel cache folder, in a folder named by their digest (written
+again if the cache is cleared meanwhile); their text is part of each kernel's cache key. An op
+name stays bound to its first definition in a process: loading another definition of a loaded
+name is refused (a new process can load it). Params are compiled into the kernel, as in formulas:
+each new value of a param compiles once (0.1-0.3 s), so a value that changes call after call
+belongs in an input instead.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
 
 from . import jit, library
-from .formula import Call, Var, trace_if_traced
+from .formula import ALIASES, Call, Var, trace_if_traced
 
 _lock = threading.Lock()
 _ops: dict[str, tuple[library.Op, str, str]] = {}     # name -> (op, its definition's digest, spec file)
-_dirs: list[str] = []
+_dirs: dict[str, dict[str, str]] = {}                  # folder -> its headers (op name -> text)
 _version = 0
 
 
@@ -38,21 +43,49 @@ def loaded_ops() -> dict[str, library.Op]:
 
 
 def include_dirs() -> list[str]:
-    """The folders holding loaded ops' device functions (fn/<op>.cuh), for NVRTC."""
-    return list(_dirs)
+    """The folders holding loaded ops' device functions (fn/<op>.cuh), for NVRTC; a header removed
+    since (python -m pyew cache --clear) is written again."""
+    with _lock:
+        for folder, headers in _dirs.items():
+            if not all(os.path.exists(os.path.join(folder, "fn", f"{n}.cuh")) for n in headers):
+                _write(Path(folder), headers)
+        return list(_dirs)
 
 
 class SpecOps:
-    """The ops of a spec file loaded by pyew.load_spec, as attributes:
-    ops.NAME(*inputs, out=None, stream=None, **params)."""
+    """The ops of a spec file loaded by pyew.load_spec: ops.NAME(*inputs, out=None, stream=None,
+    **params), or ops["NAME"] (for an op named like an attribute: path, names)."""
 
     def __init__(self, path: str, functions: dict):
-        self.path = path
-        self.names = tuple(functions)
-        self.__dict__.update(functions)
+        self._path, self._functions = path, dict(functions)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._functions)
+
+    def __getitem__(self, name: str):
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(f"{self._path} has no op {name!r} (its ops: {', '.join(self._functions)})") from None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise AttributeError(f"{self._path} has no op {name!r} (its ops: {', '.join(self._functions)})") from None
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._functions))
 
     def __repr__(self):
-        return f"<pyew ops from {self.path}: {', '.join(self.names)}>"
+        return f"<pyew ops from {self._path}: {', '.join(self._functions)}>"
 
 
 def load_spec(path) -> SpecOps:
@@ -65,13 +98,14 @@ def load_spec(path) -> SpecOps:
     try:                                  # an installed pyew ships it as pyew._generator
         from ._generator import render
         from ._generator import spec as gspec
-    except ImportError:
+    except ImportError as first:
         try:                              # a checkout has it beside pyew/
             from generator import render
             from generator import spec as gspec
         except ImportError as e:
+            why = first if getattr(first, "name", None) != f"{__package__}._generator" else e
             raise RuntimeError(f"pyew.load_spec renders kernels with pyew's generator and mako, which this Python "
-                               f"cannot import ({e}): `pip install mako`, and run pyew from its checkout or an "
+                               f"cannot import ({why}): `pip install mako`, and run pyew from its checkout or an "
                                "installed wheel") from None
     why = jit.unavailable()
     if why:
@@ -92,6 +126,10 @@ def load_spec(path) -> SpecOps:
     from . import fused
     taken = fused.vocabulary()
     for op in own:
+        alias = ALIASES.get(op.name)
+        if alias is not None:
+            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': formulas read {op.name}() as {alias}(); "
+                                  "choose another")
         if op.name in taken and op.name not in _ops:
             lib_op = taken[op.name].name
             why = ("the loaded library already has an op of this name" if lib_op == op.name else
@@ -106,8 +144,9 @@ def load_spec(path) -> SpecOps:
     headers = {op.name: render.fn_header(op, spec) for op in mine}
     entries = {op.name: render.op_entry(op, spec) for op in mine}
     digest = hashlib.sha256("\0".join(f"{n}\0{h}" for n, h in sorted(headers.items())).encode()).hexdigest()
-    defs = {n: hashlib.sha256((headers[n] + json.dumps(entries[n], sort_keys=True)).encode()).hexdigest()
-            for n in headers}
+    # an op's definition without the file it came from: the same op from a copy of the file is the same
+    defs = {n: hashlib.sha256((_without_source(headers[n]) + json.dumps(
+        {k: v for k, v in entries[n].items() if k != "source"}, sort_keys=True)).encode()).hexdigest() for n in headers}
     global _version
     with _lock:
         for name, d in defs.items():
@@ -118,9 +157,8 @@ def load_spec(path) -> SpecOps:
                                  "to use the other)")
         new = [n for n in defs if n not in _ops]
         if new:
-            folder = _write_headers(digest, {n: headers[n] for n in headers})
-            if folder not in _dirs:
-                _dirs.append(folder)
+            folder = _folder(digest, headers)
+            _dirs.setdefault(folder, headers)
             for name in new:
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
             _version += 1
@@ -138,27 +176,39 @@ def _built_from(lib: library.Library, recorded: str) -> Path | None:
     return shipped if shipped.is_file() else None
 
 
-def _write_headers(digest: str, headers: dict[str, str]) -> str:
+def _without_source(header: str) -> str:
+    return "".join(ln for ln in header.splitlines(keepends=True) if not ln.startswith("// generated from "))
+
+
+def _folder(digest: str, headers: dict[str, str]) -> str:
     """The folder holding fn/<op>.cuh for these headers: under the kernel cache, else (an unusable
-    cache folder) a temporary one. Each file is written to a temporary name and renamed, so a
-    process compiling at the same time reads a whole header."""
-    for root in (jit.cache_dir() / "specs", None):
+    cache folder) a temporary one, removed at exit."""
+    try:
+        folder = jit.cache_dir() / "specs" / digest[:24]
+        _write(folder, headers)
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="pyew-spec-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _write(folder, headers)
+    return str(folder)
+
+
+def _write(folder: Path, headers: dict[str, str]) -> None:
+    """Each header written to a temporary name and renamed, so a process compiling at the same time
+    reads a whole one."""
+    (folder / "fn").mkdir(parents=True, exist_ok=True)
+    for name, text in headers.items():
+        target = folder / "fn" / f"{name}.cuh"
+        if target.is_file() and target.read_text() == text:
+            continue
+        fd, tmp = tempfile.mkstemp(dir=folder / "fn", prefix=".tmp-")
         try:
-            folder = Path(root / digest[:24]) if root is not None else Path(tempfile.mkdtemp(prefix="pyew-spec-"))
-            (folder / "fn").mkdir(parents=True, exist_ok=True)
-            for name, text in headers.items():
-                target = folder / "fn" / f"{name}.cuh"
-                if target.is_file() and target.read_text() == text:
-                    continue
-                fd, tmp = tempfile.mkstemp(dir=folder / "fn", prefix=".tmp-")
-                with os.fdopen(fd, "w") as f:
-                    f.write(text)
-                os.replace(tmp, target)
-            return str(folder)
-        except OSError:
-            if root is None:
-                raise
-    raise AssertionError("unreachable")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def _function(op: library.Op):

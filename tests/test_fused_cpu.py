@@ -277,6 +277,23 @@ def test_formulas_mixing_numpy_and_gpu_arrays_run_every_call(fakes, nvrtc_ok, rn
         np.testing.assert_array_equal(o.get(), y * 2)
 
 
+def test_the_header_digest_follows_includes_across_folders(tmp_path):
+    """A loaded spec op's header (its own folder) including a library op's (build/gen): a change to
+    the library op makes a new key; which other folders are searched does not."""
+    lib, gen, spec, other = (tmp_path / n for n in ("libew", "gen", "spec", "other"))
+    for d in (lib, gen / "fn", spec / "fn", other / "fn"):
+        d.mkdir(parents=True)
+    (lib / "ew.cuh").write_text("// libew\n")
+    (gen / "fn" / "gelu.cuh").write_text("// gelu v1\n")
+    (spec / "fn" / "bias_gelu.cuh").write_text('#include "fn/gelu.cuh"\n// bias_gelu\n')
+    (other / "fn" / "softplus.cuh").write_text("// another file's op\n")
+    key = lambda *dirs: jit.headers_digest.__wrapped__(tuple(map(str, dirs)), ("fn/bias_gelu.cuh",))  # noqa: E731
+    before = key(lib, gen, spec)
+    assert key(lib, gen, spec, other) == before
+    (gen / "fn" / "gelu.cuh").write_text("// gelu v2\n")
+    assert key(lib, gen, spec) != before
+
+
 def test_the_header_digest_follows_op_headers_into_the_ops_they_include(tmp_path):
     (tmp_path / "fn").mkdir()
     (tmp_path / "ew.cuh").write_text("// libew\n")
