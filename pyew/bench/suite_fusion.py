@@ -92,10 +92,10 @@ def _sizes(run, sizes) -> list[int]:
 
 def _numpy(run, table) -> None:
     n = _sizes(run, (1 << 26,))[0]
-    if not _rates(run):             # the pageable floor's rates, unless the numpy suite measured them
+    if suite_numpy.floor_gbps(run) is None:        # unless the numpy suite measured its rates
         suite_numpy.pcie(run)
-    rates = _rates(run)
-    floor_ms = 16 * n / (min(rates) * 1e6) if rates else None
+    gbps = suite_numpy.floor_gbps(run)
+    floor_ms = 16 * n / (gbps * 1e6) if gbps else None
     xs = {c: random_host_n(run.rng, "float32", n) for c in "xwb"}
     calls = {"pyew": functools.partial(evaluate, GELU, xs),
              "pyew op by op": functools.partial(CASES[GELU]["ops"], table, **xs)}
@@ -106,12 +106,6 @@ def _numpy(run, table) -> None:
                           bytes=16 * n)
         if row and floor_ms and impl == "pyew":
             row["floor_ms"], row["floor_ratio"] = floor_ms, row["ms"] / floor_ms
-
-
-def _rates(run) -> list[float]:
-    """The pinned both-ways PCIe rate and the host's copy rate into pinned memory, where measured."""
-    return [r["gbps"] for r in run.rows if r["suite"] == "pcie" and r.get("gbps")
-            and r["name"] in ("pinned both ways", "host copy into pinned")]
 
 
 def _compile_times(run, table) -> None:

@@ -150,12 +150,17 @@ def main(run, table) -> None:
             run.checkpoint()
 
 
-def measure_case(run, table, case, n, xs) -> None:
-    cpu_max = run.args.cpu_peers_max or CPU_PEERS_MAX
-    # the pageable floor: the call's bytes over the slower of PCIe both ways and the host's staging copies
+def floor_gbps(run) -> float | None:
+    """The rate of the pageable floor, where measured (pcie): a call's bytes go at the slower of PCIe
+    both ways and the host's staging copies."""
     rates = [r["gbps"] for r in run.rows if r["suite"] == "pcie" and r.get("gbps")
              and r["name"] in ("pinned both ways", "host copy into pinned")]
-    floor = min(rates) if rates else None
+    return min(rates) if rates else None
+
+
+def measure_case(run, table, case, n, xs) -> None:
+    cpu_max = run.args.cpu_peers_max or CPU_PEERS_MAX
+    floor = floor_gbps(run)
     fns = {"pyew": functools.partial(table[case.name], **case.params)}
     for name, peer in run.peers.items():
         fn, why = peer.op(case)
