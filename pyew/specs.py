@@ -23,7 +23,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import jit, library
+from . import call, jit, library
 from .formula import ALIASES, Call, Var, trace_if_traced
 
 _lock = threading.Lock()
@@ -215,10 +215,11 @@ def _function(op: library.Op):
     """op as a Python function: the formula `op(inputs..., params...)` run on the call path."""
     inputs = list(op.inputs)
     text = f"{op.name}({', '.join(inputs)})"
-    known = {p.name for p in op.params}
-    trees: dict = {}
+    names = [p.name for p in op.params]
+    trees: dict = {}                      # the keywords as given -> the tree
+    by_values: dict = {}                  # the params' values -> the tree (defaults filled in)
 
-    def call(*args, out=None, stream=None, **params):
+    def fn(*args, out=None, stream=None, **params):
         traced = trace_if_traced(op.name, args, params)      # inside pyew.fuse: build the formula instead
         if traced is not None:
             return traced
@@ -226,19 +227,14 @@ def _function(op: library.Op):
             raise TypeError(f"{op.name}() takes {len(inputs)} input(s) ({', '.join(inputs)}), got {len(args)}")
         key = tuple(sorted(params.items()))
         tree = trees.get(key)
-        if tree is None:
-            bad = sorted(set(params) - known)
-            if bad:
-                raise TypeError(f"{op.name}() has no param {', '.join(bad)} (its params: "
-                                f"{', '.join(sorted(known)) or 'none'})")
-            for k, v in params.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise TypeError(f"{op.name}(): param {k} must be a number, not {type(v).__name__}")
-            tree = trees[key] = Call(op.name, tuple(Var(n) for n in inputs), key)
+        if tree is None:                  # checked and filled in as a library op's params are
+            values = call.param_values(op, params)
+            tree = trees[key] = by_values.setdefault(values, Call(op.name, tuple(Var(n) for n in inputs),
+                                                                  tuple(sorted(zip(names, values)))))
         from . import fused
         return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
 
-    call.__name__ = call.__qualname__ = op.name
-    call.__doc__ = f"{op.doc}\n\n{op.name}({', '.join(inputs + [f'{p.name}={p.default}' for p in op.params])}, " \
-                   "out=None, stream=None), loaded by pyew.load_spec from " + op.source
-    return call
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = f"{op.doc}\n\n{op.name}({', '.join(inputs + [f'{p.name}={p.default}' for p in op.params])}, " \
+                 "out=None, stream=None), loaded by pyew.load_spec from " + op.source
+    return fn

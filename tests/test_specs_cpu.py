@@ -4,6 +4,7 @@ compiled by NVRTC, and the errors of calling them, raised before anything runs."
 from __future__ import annotations
 
 import itertools
+import json
 import textwrap
 import warnings
 from pathlib import Path
@@ -26,6 +27,13 @@ def spec_file(tmp_path, body: str, name: str = "ops.toml"):
     p = tmp_path / name
     p.write_text(textwrap.dedent(body))
     return p
+
+
+def op_toml(name: str, expr: str = "x", ref: str = "x", inputs=("x",), **fields) -> str:
+    """One [[op]] table: float32, the given fields (a field given as None is left out)."""
+    table = {"name": name, "inputs": list(inputs), "dtypes": ["float32"], "expr": expr, "ref": ref, "doc": "d.",
+             **fields}
+    return "[[op]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items() if v is not None) + "\n"
 
 
 def fresh(stem: str) -> str:
@@ -62,57 +70,37 @@ def test_loaded_ops_compile_with_nvrtc():
 
 def test_an_op_may_call_the_librarys_ops_and_another_loaded_op(tmp_path):
     a, b = fresh("twice_relu"), fresh("plus_one")
-    ops = pyew.load_spec(spec_file(tmp_path, f"""
-        [[op]]
-        name = "{b}"
-        inputs = ["x"]
-        dtypes = ["float32"]
-        expr = "x + C(1)"
-        ref = "x + 1"
-        doc = "x + 1."
-
-        [[op]]
-        name = "{a}"
-        inputs = ["x"]
-        dtypes = ["float32"]
-        expr = "{b}(relu(x)) * C(2)"
-        ref = "(np.maximum(x, 0) + 1) * 2"
-        doc = "2 (relu(x) + 1)."
-    """))
+    ops = pyew.load_spec(spec_file(tmp_path, op_toml(b, "x + C(1)", "x + 1")
+                                   + op_toml(a, f"{b}(relu(x)) * C(2)", "(np.maximum(x, 0) + 1) * 2")))
     assert set(ops.names) == {a, b}
     header = (Path(specs.include_dirs()[-1]) / "fn" / f"{a}.cuh").read_text()
     assert f'#include "fn/{b}.cuh"' in header and '#include "fn/relu.cuh"' in header
 
 
-@pytest.mark.parametrize("body, match", [
-    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"\ndoc = "d."\ncolour = 1',
-     r"ops\.toml: op '{n}': field 'colour': unknown key"),
-    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float99"]\nexpr = "x"\nref = "x"\ndoc = "d."',
-     r"ops\.toml: op '{n}': field 'dtypes': unknown dtype 'float99'"),
-    ('name = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x"\nref = "x"',
-     r"ops\.toml: op '{n}': field 'doc'"),
-    ('name = "{n}"\nkind = "relu_mask"\ninputs = ["x"]\ndtypes = ["float"]\ndoc = "d."',
+@pytest.mark.parametrize("fields, match", [
+    ({"colour": 1}, r"ops\.toml: op '{n}': field 'colour': unknown key"),
+    ({"dtypes": ["float99"]}, r"ops\.toml: op '{n}': field 'dtypes': unknown dtype 'float99'"),
+    ({"doc": None}, r"ops\.toml: op '{n}': field 'doc'"),
+    ({"kind": "relu_mask", "dtypes": ["float"], "expr": None, "ref": None},
      r"ops\.toml: op '{n}': field 'kind': 'relu_mask': pyew\.load_spec compiles map ops only"),
 ])
-def test_bad_spec_files_fail_with_the_file_the_op_and_the_field(tmp_path, body, match):
+def test_bad_spec_files_fail_with_the_file_the_op_and_the_field(tmp_path, fields, match):
     n = fresh("bad")
     with pytest.raises(ValueError, match=match.format(n=n)):
-        pyew.load_spec(spec_file(tmp_path, "[[op]]\n" + body.format(n=n) + "\n"))
+        pyew.load_spec(spec_file(tmp_path, op_toml(n, **fields)))
     assert n not in fused.vocabulary()
 
 
 def test_a_name_the_library_has_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ops\.toml: op 'sigmoid': field 'name': the loaded library already has an "
                        r"op of this name; choose another"):
-        pyew.load_spec(spec_file(tmp_path, '[[op]]\nname = "sigmoid"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                           'expr = "x"\nref = "x"\ndoc = "d."\n'))
+        pyew.load_spec(spec_file(tmp_path, op_toml("sigmoid")))
 
 
 def test_numpys_names_of_library_ops_and_empty_files_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"op 'multiply': field 'name': formulas already call the library's op "
                        r"'mul' by this name"):
-        pyew.load_spec(spec_file(tmp_path, '[[op]]\nname = "multiply"\ninputs = ["x", "y"]\ndtypes = ["float32"]\n'
-                                           'expr = "x * y * C(2)"\nref = "x * y * 2"\ndoc = "d."\n'))
+        pyew.load_spec(spec_file(tmp_path, op_toml("multiply", "x * y * C(2)", "x * y * 2", ("x", "y"))))
     assert fused.vocabulary()["multiply"].name == "mul"
     with pytest.raises(ValueError, match=r"empty\.toml: no ops defined"):
         pyew.load_spec(spec_file(tmp_path, "# nothing yet\n", "empty.toml"))
@@ -120,11 +108,9 @@ def test_numpys_names_of_library_ops_and_empty_files_are_refused(tmp_path):
 
 def test_another_definition_of_a_loaded_name_is_refused(tmp_path):
     n = fresh("half")
-    first = spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                f'expr = "x * C(0.5)"\nref = "x * 0.5"\ndoc = "d."\n', "a.toml")
+    first = spec_file(tmp_path, op_toml(n, "x * C(0.5)", "x * 0.5"), "a.toml")
     pyew.load_spec(first)
-    other = spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                f'expr = "x * C(0.25)"\nref = "x * 0.25"\ndoc = "d."\n', "b.toml")
+    other = spec_file(tmp_path, op_toml(n, "x * C(0.25)", "x * 0.25"), "b.toml")
     with pytest.raises(ValueError, match=rf"op '{n}' of .*b\.toml differs from the one this process loaded from "
                        r".*a\.toml"):
         pyew.load_spec(other)
@@ -142,9 +128,9 @@ def test_calls_with_wrong_arguments_raise_before_anything_runs():
     ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
     with pytest.raises(TypeError, match=r"bias_gelu\(\) takes 2 input\(s\) \(x, b\), got 1"):
         ops.bias_gelu([1.0])
-    with pytest.raises(TypeError, match=r"softplus\(\) has no param gamma \(its params: beta\)"):
+    with pytest.raises(TypeError, match=r"softplus\(\) got unexpected keyword argument\(s\) gamma; its params: beta"):
         ops.softplus([1.0], gamma=2.0)
-    with pytest.raises(TypeError, match=r"softplus\(\): param beta must be a number, not str"):
+    with pytest.raises(TypeError, match=r"softplus\(\): param 'beta' must be a float, not str"):
         ops.softplus([1.0], beta="2")
 
 
@@ -152,8 +138,7 @@ def test_a_compile_error_names_the_op_not_a_page_of_cpp(tmp_path):
     if jit.unavailable():
         pytest.skip(jit.unavailable())
     n = fresh("broken")
-    pyew.load_spec(spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                       f'expr = "x + nosuchfunction(x)"\nref = "x"\ndoc = "d."\n'))
+    pyew.load_spec(spec_file(tmp_path, op_toml(n, "x + nosuchfunction(x)")))
     tree, _ = fused.parse(f"{n}(x)")
     p = fused.Program(tree, (fused.Arg("x", True, dt.BY_NAME["float32"]),), f"{n}(x)")
     need = [0, 0, 256, 1, 0, 1, 0, 4, 0, 0, 0]
@@ -181,29 +166,12 @@ def test_a_copy_of_a_loaded_file_gives_the_same_ops(tmp_path):
 @pytest.mark.parametrize("alias", ["mod", "abs", "max"])
 def test_names_formulas_read_as_other_functions_are_refused(tmp_path, alias):
     with pytest.raises(ValueError, match=rf"op '{alias}': field 'name': formulas read {alias}\(\) as \w+\(\)"):
-        pyew.load_spec(spec_file(tmp_path, f'[[op]]\nname = "{alias}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                           f'expr = "x"\nref = "x"\ndoc = "d."\n'))
+        pyew.load_spec(spec_file(tmp_path, op_toml(alias)))
 
 
 def test_ops_named_like_attributes_stay_reachable(tmp_path):
     n = fresh("x")
-    ops = pyew.load_spec(spec_file(tmp_path, f"""
-        [[op]]
-        name = "names"
-        inputs = ["x"]
-        dtypes = ["float32"]
-        expr = "x * C(3)"
-        ref = "x * 3"
-        doc = "3x."
-
-        [[op]]
-        name = "{n}"
-        inputs = ["x"]
-        dtypes = ["float32"]
-        expr = "x"
-        ref = "x"
-        doc = "x."
-    """))
+    ops = pyew.load_spec(spec_file(tmp_path, op_toml("names", "x * C(3)", "x * 3") + op_toml(n)))
     assert ops.names == ("names", n) and callable(ops["names"]) and ops["names"].__name__ == "names"
     assert "names" in repr(ops) and getattr(ops, n).__name__ == n
     with pytest.raises(AttributeError, match=r"has no op 'nothing' \(its ops: names, "):
@@ -215,8 +183,7 @@ def test_ops_named_like_attributes_stay_reachable(tmp_path):
 def test_a_cleared_cache_gets_the_headers_again(tmp_path, monkeypatch):
     monkeypatch.setenv("PYEW_CACHE_DIR", str(tmp_path / "cache"))
     n = fresh("cleared")
-    pyew.load_spec(spec_file(tmp_path, f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32"]\n'
-                                       f'expr = "x"\nref = "x"\ndoc = "d."\n'))
+    pyew.load_spec(spec_file(tmp_path, op_toml(n)))
     [folder] = [Path(d) for d in specs.include_dirs() if (Path(d) / "fn" / f"{n}.cuh").is_file()]
     assert folder.parent == tmp_path / "cache" / "specs"
     jit.cache_clear()                     # python -m pyew cache --clear, while the op is loaded
@@ -232,3 +199,37 @@ def test_without_nvrtc_a_formula_with_a_loaded_op_says_it_needs_it():
         with pytest.raises(pyew.FormulaError, match=r"'softplus', an op of examples/my_ops\.toml loaded by "
                            r"pyew\.load_spec, which runs only compiled: no NVRTC here"):
             fused._op_by_op(tree, {"x": 1.0}, "softplus(x) + 1", None, None, "no NVRTC here")
+
+
+def test_a_call_builds_one_tree_per_param_values(monkeypatch):
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    trees = []
+    monkeypatch.setattr(fused, "run", lambda tree, values, text, **kw: trees.append((tree, values)))
+    ops.softplus([1.0])
+    ops.softplus([1.0], beta=1.0)
+    ops.softplus([2.0], beta=2)                      # an int for a float param, as a library op takes it
+    assert trees[0][0] is trees[1][0] and trees[0][0].params == (("beta", 1.0),)
+    assert trees[2][0].params == (("beta", 2.0),) and trees[2][1] == {"x": [2.0]}
+
+
+def test_without_the_generator_or_nvrtc_load_spec_says_what_to_install(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "generator", None)
+    monkeypatch.setitem(sys.modules, "pyew._generator", None)
+    with pytest.raises(RuntimeError, match=r"pyew\.load_spec renders kernels with pyew's generator and mako.*"
+                       r"`pip install mako`"):
+        pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    monkeypatch.undo()
+    monkeypatch.setattr(jit, "unavailable", lambda: "NVRTC is not available (a test)")
+    with pytest.raises(RuntimeError, match=r"pyew\.load_spec compiles ops with NVRTC: NVRTC is not available"):
+        pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+
+
+def test_an_unusable_cache_folder_takes_a_temporary_one(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("PYEW_CACHE_DIR", str(blocker / "cache"))
+    n = fresh("uncached")
+    pyew.load_spec(spec_file(tmp_path, op_toml(n)))
+    [folder] = [Path(d) for d in specs.include_dirs() if (Path(d) / "fn" / f"{n}.cuh").is_file()]
+    assert folder.name.startswith("pyew-spec-") and not (blocker / "cache").exists()
