@@ -126,6 +126,48 @@ __device__ __forceinline__ float arccosh_via_log(float x) {
   return static_cast<float>(k * kLn2 + 2.0 * atanh_series((m - 1.0) * recip(m + 1.0)));
 }
 
+// e^t to about 2^-42, for a float result: t = j ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series
+// to r^10; beyond +-150 a float result is 0 or infinity, and t is clamped there (keeping 2^j a
+// normal double).
+__device__ __forceinline__ double exp_for_float(double t) {
+  t = ::fmin(::fmax(t, -150.0), 150.0);
+  const double j = ::rint(t * 1.4426950408889634);
+  const double r = ::fma(-j, kLn2, t);
+  double p = 1.0 / 3628800;
+  p = ::fma(p, r, 1.0 / 362880);
+  p = ::fma(p, r, 1.0 / 40320);
+  p = ::fma(p, r, 1.0 / 5040);
+  p = ::fma(p, r, 1.0 / 720);
+  p = ::fma(p, r, 1.0 / 120);
+  p = ::fma(p, r, 1.0 / 24);
+  p = ::fma(p, r, 1.0 / 6);
+  p = ::fma(p, r, 0.5);
+  p = ::fma(p, r, 1.0);
+  p = ::fma(p, r, 1.0);
+  return p * pow2(static_cast<int>(j));
+}
+
+// x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
+// with x = 2^k m, m in [0.707, 1.414), as arccosh_via_log, to about 2^-39; y log x then errs by at
+// most 2^-32 wherever the result is a finite, nonzero float (|y log x| < 104), a 2^-8 of a float
+// ulp after exp_for_float. A negative x takes |x| and the sign of an odd integer y; a non-integer y
+// gives NaN. Zeros, infinities, NaN and subnormal x go to double pow (C's special cases).
+__device__ __forceinline__ float power_via_log(float x, float y) {
+  const float ax = ::fabsf(x);
+  if (!(ax >= 1.17549435e-38f && ax < __int_as_float(0x7f800000) && ::fabsf(y) < __int_as_float(0x7f800000)))
+    return static_cast<float>(::pow(static_cast<double>(x), static_cast<double>(y)));
+  bool negate = false;
+  if (x < 0.0f) {
+    if (y != ::truncf(y)) return __int_as_float(0x7fc00000);
+    negate = ::fabsf(y) < 16777216.0f && (static_cast<int>(y) & 1);     // from 2^24 on, every float is even
+  }
+  const int k = ((__float_as_int(ax * 0.70710678f) >> 23) & 0xff) - 126;
+  const double m = static_cast<double>(ax) * pow2(-k);
+  const double lg = k * kLn2 + 2.0 * atanh_series((m - 1.0) * recip(m + 1.0));
+  const float r = static_cast<float>(exp_for_float(static_cast<double>(y) * lg));
+  return negate ? -r : r;
+}
+
 template <typename R = void, typename C>
 __device__ __forceinline__ C sinh(C x) {
   if constexpr (via_double_v<R, C>) return sinh_via_exp(x);
@@ -329,7 +371,7 @@ __device__ __forceinline__ T fmod(T a, T b) {
   else return ::fmod(a, b);
 }
 
-// a^b. Floats: C's pow (numpy's), in double for float32 results (see via_double_v). Integers:
+// a^b. Floats: C's pow (numpy's); float32 results from power_via_log (see via_double_v). Integers:
 // exact, wrapping on overflow as numpy's repeated squaring does. numpy raises for a negative
 // exponent; here it gives the true value rounded toward zero, as integer division does: 1 for
 // a = 1, -1 or 1 for a = -1 (odd or even b), 0 for |a| > 1, and 0 for a = 0 (an infinite value).
@@ -345,7 +387,7 @@ __device__ __forceinline__ T power(T a, T b) {
     }
     return static_cast<T>(r);
   } else if constexpr (via_double_v<R, T>) {
-    return static_cast<float>(::pow(static_cast<double>(a), static_cast<double>(b)));
+    return power_via_log(a, b);
   } else {
     return ::pow(a, b);
   }

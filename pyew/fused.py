@@ -12,6 +12,7 @@ comparison) rounds to that dtype where it stands, as it would alone.
 """
 from __future__ import annotations
 
+import array as pyarray
 import ctypes
 import difflib
 import functools
@@ -109,6 +110,7 @@ class Program:
     def __init__(self, tree, args: tuple[Arg, ...], text: str):
         self.tree = tree
         self.text = text
+        self.lib = library.get()
         self.arrays = [a for a in args if a.array]
         self.scalars = [a for a in args if not a.array]
         if not self.arrays:
@@ -251,24 +253,25 @@ class Program:
         self.launch_ptrs([i.ptr for i in ins], out_ptr, out_shape, stream, blob, lay)
         return lay
 
-    def launch_ptrs(self, in_ptrs, out_ptr: int, out_shape, stream, blob, lay) -> None:
-        n = math.prod(out_shape)
+    def launch_ptrs(self, in_ptrs, out_ptr: int, out_shape, stream, blob, lay, n: int | None = None) -> None:
+        if n is None:
+            n = math.prod(out_shape)
         if n == 0:
             return
-        lib = library.get()
         slots = self.slots.get(stream.ordinal)
         if slots is None:
-            slots = self.slots.setdefault(stream.ordinal, jit.slots_for(stream.ordinal, lib.jit_slot_count))
-        ptrs = (ctypes.c_void_p * len(in_ptrs))(*in_ptrs)
+            slots = self.slots.setdefault(stream.ordinal, jit.slots_for(stream.ordinal, self.lib.jit_slot_count))
+        ptrs = pyarray.array("Q", in_ptrs)      # the pointers as one C array
+        ptrs_at = ptrs.buffer_info()[0]
+        blob_at = ctypes.addressof(blob)
         lay_at = 0 if lay is None else ctypes.addressof(lay)
-        need, need_at = None, slots.need_at
+        need, need_at, jit_map = None, slots.need_at, self.lib.jit_map
         for _ in range(6):
-            rc = lib.jit_map(slots.table_at, self.tuning, ctypes.addressof(blob), n, out_ptr, ctypes.addressof(ptrs),
-                             len(in_ptrs), self.out.itemsize, self.in_sizes_at, lay_at, slots.overlap, need_at,
-                             stream.handle, *stream.dims)
+            rc = jit_map(slots.table_at, self.tuning, blob_at, n, out_ptr, ptrs_at, len(ptrs), self.out.itemsize,
+                         self.in_sizes_at, lay_at, slots.overlap, need_at, stream.handle, *stream.dims)
             if rc != jit.MISSING:
                 if rc:
-                    lib.check(rc, f"formula {self.text!r}")
+                    self.lib.check(rc, f"formula {self.text!r}")
                 return
             if need is None:
                 # Another thread missing a kernel of this formula writes the shared description
@@ -326,14 +329,17 @@ def _run(tree, values: dict, text: str, out, stream, names):
 def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
-    dev = call.plan_args(vals, s, text, names)
-    key = plan = None
+    # pyew's arrays and numbers on the only GPU need no import (plan_args checks each array's GPU)
+    key = call.plan_key(tree, vals) if rt.only_one_gpu() else None
+    dev = vals if key is not None else call.plan_args(vals, s, text, names)
+    plan = None
     if dev is not None:
         vals = dev
         if out is not None and type(out) is not DeviceArray and not isinstance(out, np.ndarray):
             imported = interop.import_device(out, s, text, "out")
             out = out if imported is None else imported
-        key = call.plan_key(tree, dev)
+        if key is None:
+            key = call.plan_key(tree, dev)
         plan = call.find_plan(key, tree)
         if plan is not None:
             res = call.replay(plan, dev, out, s)
@@ -383,8 +389,10 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
         prog.check_scalars(values)
         return prog.pack(values)
 
+    n, launch_ptrs = math.prod(shape), prog.launch_ptrs
+
     def launch(out_ptr, ptrs, packed, s):
-        prog.launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout)
+        launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout, n)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)
 
 

@@ -264,9 +264,9 @@ def _torch_reader(torch):
     raw_stream = torch._C._cuda_getCurrentRawStream
 
     def read(t, stream, op, name):
-        if not t.is_cuda:
+        index = t.get_device()          # -1 off the GPU (CPU, meta)
+        if index < 0:
             return None
-        index = t.get_device()
         info = by_dtype.get(t.dtype)
         if info is None:
             raise TypeError(f"{op}: {name!r} is a {t.dtype} tensor, which pyew does not support")
@@ -275,7 +275,8 @@ def _torch_reader(torch):
         if not t.is_contiguous():
             raise ValueError(f"{op}: {name!r} is a non-contiguous Tensor (shape {tuple(t.shape)}, strides "
                              f"{tuple(t.stride())}); pyew takes C-contiguous GPU arrays: pass .contiguous()")
-        _check_device(index, stream, op, name)
+        if index != stream.ordinal:
+            wrong_device(index, stream, op, name)
         producer = raw_stream(index)            # torch's current stream: its queued work on t
         if producer != stream.handle:
             rt.stream_wait(stream, rt.foreign_stream(producer, index))

@@ -75,8 +75,10 @@ def nvrtc():
 
 def options() -> tuple[str, ...]:
     """NVRTC's options: OPTIONS, and from NVRTC 12.8 on its automatic precompiled header (-pch), so a
-    process parses libew's headers once for all its formulas (fused.Program puts them first)."""
-    return OPTIONS + (("-pch",) if tuple(toolchain()["version"]) >= (12, 8) else ())
+    process parses libew's headers once for all its formulas (fused.Program puts them first), and
+    -minimal, which leaves out the CUDA runtime's declarations (texture, device-side launch, the
+    runtime's types) that kernels of formulas never use and every compile otherwise parses."""
+    return OPTIONS + (("-pch", "-minimal") if tuple(toolchain()["version"]) >= (12, 8) else ())
 
 
 def nvrtc_version() -> tuple[int, int]:

@@ -17,6 +17,7 @@ from .errors import CudaError
 class CudaMemory(cudart.Calls):
     """The CUDA runtime calls about device memory."""
     _WHERE = {"HostToDevice": "host to device", "DeviceToHost": "device to host", "DeviceToDevice": "device to device"}
+    _kinds: dict | None = None
 
     def alloc(self, nbytes: int, stream) -> int | None:
         """nbytes from the pool of the stream's GPU, ordered on it; None when out of memory."""
@@ -34,8 +35,12 @@ class CudaMemory(cudart.Calls):
 
     def copy(self, dst: int, src: int, nbytes: int, stream, kind: str) -> None:
         """kind: HostToDevice, DeviceToHost or DeviceToDevice."""
-        check(self.rt.cudaMemcpyAsync(dst, src, nbytes, getattr(self.rt.cudaMemcpyKind, "cudaMemcpy" + kind), stream),
-              f"cudaMemcpyAsync ({self._WHERE[kind]})")
+        kinds = self._kinds
+        if kinds is None:            # cuda-python's enum members, looked up once
+            kinds = self._kinds = {k: getattr(self.rt.cudaMemcpyKind, "cudaMemcpy" + k) for k in self._WHERE}
+        err = self.rt.cudaMemcpyAsync(dst, src, nbytes, kinds[kind], stream)
+        if int(err[0]):
+            check(err, f"cudaMemcpyAsync ({self._WHERE[kind]})")
 
     def copy_peer(self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int, stream) -> None:
         check(self.rt.cudaMemcpyPeerAsync(dst, dst_ordinal, src, src_ordinal, nbytes, stream), "cudaMemcpyPeerAsync")

@@ -287,8 +287,17 @@ def is_direct(a: np.ndarray) -> bool:
 def is_pinned(a: np.ndarray) -> bool:
     """Whether a's memory is page-locked (pyew's pool, or any host memory CUDA has locked): its
     first byte and, for a contiguous array, its last, since another library may have locked only
-    part of it."""
-    if a.size == 0 or not host_pinned(a.ctypes.data):    # pageable arrays: one query
+    part of it. A view of a pool block is known without asking CUDA."""
+    if a.size == 0:
+        return False
+    b = a.base
+    for _ in range(4):                  # a result: a view (reshape, dtype) of the block's byte array
+        if b is None or type(b) is _Block:
+            break
+        b = getattr(b, "base", None)
+    if type(b) is _Block and b.ptr:
+        return True
+    if not host_pinned(a.ctypes.data):                   # pageable arrays: one query
         return False
     contiguous = a.flags.c_contiguous or a.flags.f_contiguous
     return not contiguous or host_pinned(a.ctypes.data + a.nbytes - 1)

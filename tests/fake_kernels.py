@@ -90,7 +90,7 @@ def install(monkeypatch) -> FakeKernels:
     return f
 
 
-def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay):
+def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
     """A fused formula's kernel on the CPU: its tree node by node through the ops' references, each
     node rounded to its dtype as the op alone would round it (the real kernel rounds once)."""
     import struct

@@ -303,3 +303,18 @@ def test_a_block_too_large_for_the_pool_evicts_nothing(fake):
     half = pinned.pinned_or_empty((MiB // 2 + 1,), np.float32)    # just over 2 MiB: the 6 MiB block is too big
     bigger = pyew.empty_pinned(MiB)                               # 4 MiB: the free 6 MiB block serves
     assert pinned.is_pinned(half) and pinned.is_pinned(bigger) and pinned.held() <= 8 * MiB
+
+
+def test_pool_views_are_known_pinned_without_asking_cuda(fake, monkeypatch):
+    """A result from the pool, and views of it, are page-locked without a CUDA query per call;
+    pageable arrays are still asked about."""
+    asked = []
+    real = pinned.cuda.pinned
+    monkeypatch.setattr(pinned.cuda, "pinned", lambda ptr: asked.append(ptr) or real(ptr))
+    r = pinned.for_result((64, 1024), np.float32)
+    for v in (r, r.reshape(-1), r[3:], r.view(np.int32), r.T):
+        assert pinned.is_pinned(v)
+    assert pinned.is_direct(r)
+    assert asked == []
+    assert not pinned.is_pinned(np.ones(1 << 16, np.float32))
+    assert len(asked) == 1
