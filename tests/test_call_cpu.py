@@ -245,6 +245,27 @@ def test_python_numbers_keep_their_sign_and_inf_and_nan(fakes, rng):
 
 
 @needs_lib
+def test_a_plan_reuses_the_slots_of_the_same_number_objects(fakes, rng, monkeypatch):
+    """A loop passing the same number object (a literal) converts it once; another object, even of
+    an equal value with the other sign, is converted again, and every result is numpy's."""
+    from pyew.kinds import map as map_kind
+    converted = []
+    real = map_kind.weak_scalar_bits
+    monkeypatch.setattr(map_kind, "weak_scalar_bits", lambda v, info: converted.append(v) or real(v, info))
+    a = rng.standard_normal(100).astype(np.float32)
+    x = pyew.asarray(a)
+    half = 0.5
+    for _ in range(4):
+        np.testing.assert_array_equal(pyew.mul(x, half).get(), a * np.float32(0.5))
+    assert len(converted) <= 2          # the call that made the plan may convert it on the general path too
+    before = len(converted)
+    for k in (0.25, 0.0, -0.0, half):
+        np.testing.assert_array_equal(pyew.mul(x, k).get(), a * np.float32(k))
+    assert len(converted) == before + 4
+    assert np.signbit(pyew.mul(x, -0.0).get()[a > 0]).all()
+
+
+@needs_lib
 def test_python_numbers_off_the_short_path(fakes, rng):
     """What plans leave to the general path gives numpy's answers and errors: promotion
     (an int32 array with 0.5, bfloat16 with 0.5), a float overflowing float32, ints beyond 2^53 or

@@ -181,10 +181,11 @@ def test_misaligned_view_and_row_bias_past_2_31(rng):
     """relu on a float16 view 3 elements into its buffer (the straddling loads) and a row bias
     (the strided packs kernel) over more than 2^31 elements, checked at the head, across 2^31 and
     at the tail."""
-    n = 2**31 + 77
+    n = 2**31 + 3 * 8192 + 77           # each chunk below inside the array, apart from the others
     free_memory_for(3 * 2 * n)
     x = filled(n + 3, "float16", -1.5)
     chunks = {c: random_array(rng, 8192, "float16") for c in (0, 2**31 - 4096, n - 8192)}
+    assert all(c + 8192 <= n for c in chunks)     # the copies below stay inside x
     for c, h in chunks.items():
         pyew.runtime.copy_htod(x.ptr + 2 * (c + 3), h.ctypes.data, h.nbytes, pyew.runtime.DEFAULT_STREAM.cu)
     y = poison(pyew.empty(n, "float16"))

@@ -152,11 +152,12 @@ def test_basic_launch_past_2_29_and_2_31(rng):
     of 2^29, each with the view's shifts (a bool view 3 elements into its buffer), checked at the
     head, across each launch's edge and 2^31, and at the tail; a broadcast whose offsets pass 2^31
     takes the 64-bit elements kernel."""
-    n = 2**31 + 77
+    n = 2**31 + 3 * 8192 + 77           # each chunk below inside the array, apart from the others
     free_memory_for(2 * n)
     x = filled(n + 3, "bool", True)
     edges = (0, 2**29 - 4096, 2**30 - 4096, 2**31 - 4096, n - 8192)
     chunks = {c: random_array(rng, 8192, "bool") for c in edges}
+    assert all(c + 8192 <= n for c in edges)      # the copies below stay inside x
     for c, h in chunks.items():
         pyew.runtime.copy_htod(x.ptr + c + 3, h.ctypes.data, h.nbytes, pyew.runtime.DEFAULT_STREAM.cu)
     y = poison(pyew.empty(n, "bool"))
