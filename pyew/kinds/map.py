@@ -111,20 +111,21 @@ class MapOp:
                 parts.append((at * out_info.itemsize, [at * w.itemsize * st for w, st in zip(wants, strides)],
                               count, ctypes.addressof(part), part))
 
-        last = [None]          # (the number objects, GPU, their slots) of the last call, set in one go
+        last = [None]          # (the number objects, their bits) of the last call, set in one go
 
         def numbers(values, s):
             seen = last[0]
-            if seen is not None and seen[1] == s.ordinal and all(a is b for a, b in zip(values, seen[0])):
-                return seen[2]     # the same objects (a loop's literal): the same slots
+            if seen is not None and all(a is b for a, b in zip(values, seen[0])):
+                bits_of = seen[1]  # the same objects (a loop's literal): converted before
+            else:
+                bits_of = [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)]
+                last[0] = (tuple(values), bits_of)
             ptrs = []
-            for v, (info, size) in zip(values, infos):
-                bits = weak_scalar_bits(v, info)
+            for bits, (_, size) in zip(bits_of, infos):
                 ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
                 if not ptr:
                     return None
                 ptrs.append(ptr)
-            last[0] = (tuple(values), s.ordinal, ptrs)
             return ptrs
 
         def broadcast(out_ptr, ptrs, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
