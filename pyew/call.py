@@ -244,6 +244,22 @@ NUMBERS = (float, int, bool)      # the Python number types a plan takes, keyed 
 _PLANS_MAX = 4096
 
 
+def reuse_last(convert: Callable):
+    """convert(values), for a plan's numbers, reusing the last call's result when that call was
+    given the same objects (a loop's literal is converted once, any other object again). The last
+    call is kept as one tuple, so a thread never pairs its values with another call's result."""
+    last = [None]
+
+    def converted(values):
+        seen = last[0]
+        if seen is not None and all(a is b for a, b in zip(values, seen[0])):
+            return seen[1]
+        got = convert(values)
+        last[0] = (tuple(values), got)
+        return got
+    return converted
+
+
 def plan_key(target, args: Sequence, kw: dict | None = None):
     """The key a call's plan is kept under (a DeviceArray by its dtype row and shape, a C-ordered
     numpy array by its numpy dtype and shape, a Python number by its type), or None for a call

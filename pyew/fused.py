@@ -385,16 +385,13 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
     ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
-    last = [None]              # (the number objects, their packed bytes) of the last call, set in one go
+    def checked_and_packed(values):
+        prog.check_scalars(values)
+        return prog.pack(values)
+    packed_of = call.reuse_last(checked_and_packed)
 
     def numbers(values, s):
-        seen = last[0]
-        if seen is not None and all(a is b for a, b in zip(values, seen[0])):
-            return seen[1]         # the same objects (a loop's literal): checked and packed before
-        prog.check_scalars(values)
-        packed = prog.pack(values)
-        last[0] = (tuple(values), packed)
-        return packed
+        return packed_of(values)
 
     n, launch_ptrs = math.prod(shape), prog.launch_ptrs
 

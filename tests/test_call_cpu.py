@@ -244,6 +244,26 @@ def test_python_numbers_keep_their_sign_and_inf_and_nan(fakes, rng):
     assert np.signbit(pyew.mul(x, -0.0).get()).all() and not np.signbit(pyew.mul(x, 0.0).get()).any()
 
 
+def test_reuse_last_converts_each_new_set_of_objects_once():
+    calls = []
+
+    def convert(values):
+        calls.append(values)
+        if values[0] < 0:
+            raise OverflowError("negative")
+        return [v * 2 for v in values]
+    conv = pyew.call.reuse_last(convert)
+    a, b = 1.5, 2.5
+    assert conv([a, b]) == [3.0, 5.0] and conv([a, b]) == [3.0, 5.0] and len(calls) == 1
+    c = float("1.5")                       # equal to a, another object: converted again
+    assert conv([c, b]) == [3.0, 5.0] and len(calls) == 2
+    with pytest.raises(OverflowError):
+        conv([-1.0])
+    with pytest.raises(OverflowError):     # an error is not kept as a result
+        conv([-1.0])
+    assert conv([c, b]) == [3.0, 5.0] and len(calls) == 4
+
+
 @needs_lib
 def test_a_plan_reuses_the_slots_of_the_same_number_objects(fakes, rng, monkeypatch):
     """A loop passing the same number object (a literal) converts it once; another object, even of

@@ -111,17 +111,11 @@ class MapOp:
                 parts.append((at * out_info.itemsize, [at * w.itemsize * st for w, st in zip(wants, strides)],
                               count, ctypes.addressof(part), part))
 
-        last = [None]          # (the number objects, their bits) of the last call, set in one go
+        bits_of = call.reuse_last(lambda values: [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)])
 
         def numbers(values, s):
-            seen = last[0]
-            if seen is not None and all(a is b for a, b in zip(values, seen[0])):
-                bits_of = seen[1]  # the same objects (a loop's literal): converted before
-            else:
-                bits_of = [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)]
-                last[0] = (tuple(values), bits_of)
             ptrs = []
-            for bits, (_, size) in zip(bits_of, infos):
+            for bits, (_, size) in zip(bits_of(values), infos):
                 ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
                 if not ptr:
                     return None
