@@ -44,7 +44,6 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
   }
 EW_NP_VIA_DOUBLE_1(tan, tan)
 EW_NP_VIA_DOUBLE_1(cosh, cosh)
-EW_NP_VIA_DOUBLE_1(erfc, erfc)
 EW_NP_VIA_DOUBLE_2(arctan2, atan2)
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_1
@@ -70,21 +69,39 @@ __device__ __forceinline__ float sinh_via_exp(float x) {
 
 // The pieces of arctanh and arccosh below: double precision where a float result needs it (about
 // 2^-39), and no further. atanh(s) for |s| < 0.18 by its series (the next term is below 2^-39 of
-// the result); 2^k as a double from its bits (|k| < 1000); 1 / d from float's estimate and one
-// Newton step (2^-46), for d in [1, 4].
+// the result); 2^k as a double from its bits (|k| < 1000); 1 / d, for a positive normal d, from the
+// GPU's double reciprocal estimate (about 2^-20) and Newton steps, each doubling the bits that
+// are right (two by default). These and exp_for_float avoid conversions
+// (float to double and back, double to int, rint): those issue at a quarter of the double FMA
+// rate on sm_90, and were most of these functions' cost.
+
+// The coefficients of the double-precision paths here live in constant memory, where a DFMA reads
+// them as an operand: a double literal costs two uniform moves at each use (sm_90 has no 64-bit
+// immediates), and those moves made these functions issue-bound.
+[[maybe_unused]] static __constant__ double kAtanhTerms[6] = {1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9, 1.0 / 11, 1.0 / 13};
+[[maybe_unused]] static __constant__ double kExpTerms[8] = {1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+                                                            1.0 / 720,     1.0 / 120,    1.0 / 24,    1.0 / 6};
+[[maybe_unused]] static __constant__ double kLogs[3] = {0.69314718055994530942, 1.4426950408889634, 0.34657359027997265};
+
 __device__ __forceinline__ double atanh_series(double s) {
   const double s2 = s * s;
-  return s + s * s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11 + s2 * (1.0 / 13))))));
+  double p = kAtanhTerms[5];
+#pragma unroll
+  for (int i = 4; i >= 0; --i) p = ::fma(p, s2, kAtanhTerms[i]);
+  return ::fma(s * s2, p, s);
 }
 
 __device__ __forceinline__ double pow2(int k) { return __hiloint2double((k + 1023) << 20, 0); }
 
+template <int kSteps = 2>
 __device__ __forceinline__ double recip(double d) {
-  const double r = __frcp_rn(static_cast<float>(d));
-  return ::fma(r, ::fma(-d, r, 1.0), r);
+  double r;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(d));
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) r = ::fma(r, ::fma(-d, r, 1.0), r);
+  return r;
 }
 
-constexpr double kLn2 = 0.69314718055994530942;
 
 // atanh(a) = log(q) / 2 with q = (1 + a) / (1 - a) = 2^k m, m within about [0.7, 1.42):
 // k ln2 / 2 + atanh(s), s = (m - 1) / (m + 1) = ((1 + a) - 2^k (1 - a)) / ((1 + a) + 2^k (1 - a)),
@@ -100,7 +117,7 @@ __device__ __forceinline__ float arctanh_via_log(float x) {
   } else {
     const int k = ((__float_as_int((1.0f + a) / (1.0f - a) * 0.70710678f) >> 23) & 0xff) - 126;
     const double num = 1.0 + d, scaled = pow2(k) * (1.0 - d);
-    r = k * (0.5 * kLn2) + atanh_series((num - scaled) * recip(num + scaled));
+    r = ::fma(static_cast<double>(k), kLogs[2], atanh_series((num - scaled) * recip(num + scaled)));
   }
   return ::copysignf(static_cast<float>(r), x);
 }
@@ -123,28 +140,32 @@ __device__ __forceinline__ float arccosh_via_log(float x) {
   }
   const int k = ((__double2hiint(y * 0.70710678118654752) >> 20) & 0x7ff) - 1022;
   const double m = y * pow2(-k);
-  return static_cast<float>(k * kLn2 + 2.0 * atanh_series((m - 1.0) * recip(m + 1.0)));
+  return static_cast<float>(::fma(static_cast<double>(k), kLogs[0], 2.0 * atanh_series((m - 1.0) * recip(m + 1.0))));
 }
 
-// e^t to about 2^-42, for a float result: t = j ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series
-// to r^10; beyond +-150 a float result is 0 or infinity, and t is clamped there (keeping 2^j a
-// normal double).
-__device__ __forceinline__ double exp_for_float(double t) {
-  t = ::fmin(::fmax(t, -150.0), 150.0);
-  const double j = ::rint(t * 1.4426950408889634);
-  const double r = ::fma(-j, kLn2, t);
-  double p = 1.0 / 3628800;
-  p = ::fma(p, r, 1.0 / 362880);
-  p = ::fma(p, r, 1.0 / 40320);
-  p = ::fma(p, r, 1.0 / 5040);
-  p = ::fma(p, r, 1.0 / 720);
-  p = ::fma(p, r, 1.0 / 120);
-  p = ::fma(p, r, 1.0 / 24);
-  p = ::fma(p, r, 1.0 / 6);
+// e^t for |t| <= 700: t = j ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^kDegree (10:
+// about 2^-42; each term less costs about 2^-5), 2^j from its bits.
+template <int kDegree = 10>
+__device__ __forceinline__ double exp_in_range(double t) {
+  static_assert(kDegree >= 3 && kDegree <= 10, "kExpTerms holds the terms from r^3 to r^10");
+  constexpr double kRound = 6755399441055744.0;     // 1.5 * 2^52: adding it leaves round(t / ln2) in the low word
+  const double shifted = ::fma(t, kLogs[1], kRound);
+  const int j = __double2loint(shifted);
+  const double r = ::fma(-(shifted - kRound), kLogs[0], t);
+  double p = kExpTerms[10 - kDegree];
+#pragma unroll
+  for (int i = 11 - kDegree; i < 8; ++i) p = ::fma(p, r, kExpTerms[i]);
   p = ::fma(p, r, 0.5);
   p = ::fma(p, r, 1.0);
   p = ::fma(p, r, 1.0);
-  return p * pow2(static_cast<int>(j));
+  return p * pow2(j);
+}
+
+// e^t for a float result: beyond +-150 that is 0 or infinity, and t is clamped there (by compares,
+// cheaper than fmin and fmax, which order NaN; a NaN t gives NaN).
+__device__ __forceinline__ double exp_for_float(double t) {
+  t = t < -150.0 ? -150.0 : t;
+  return exp_in_range(t > 150.0 ? 150.0 : t);
 }
 
 // x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
@@ -163,9 +184,39 @@ __device__ __forceinline__ float power_via_log(float x, float y) {
   }
   const int k = ((__float_as_int(ax * 0.70710678f) >> 23) & 0xff) - 126;
   const double m = static_cast<double>(ax) * pow2(-k);
-  const double lg = k * kLn2 + 2.0 * atanh_series((m - 1.0) * recip(m + 1.0));
+  const double lg = ::fma(static_cast<double>(k), kLogs[0], 2.0 * atanh_series((m - 1.0) * recip(m + 1.0)));
   const float r = static_cast<float>(exp_for_float(static_cast<double>(y) * lg));
   return negate ? -r : r;
+}
+
+// erfc(x) for float32 results, in double: erfc(|x|) = e^(-x^2) erfcx(|x|), with erfcx as a
+// polynomial of degree 12 in t = (|x| - 3) / (|x| + 3), fitted over [0, 10.1] to within 1.5e-10 of
+// it (scripts/float32_via_double_error.py fits it and checks this function). x^2 is exact in
+// double, t is right to about 2^-39 and e^(-x^2) comes from exp_in_range to r^9 (2^-37), so the
+// result errs by about 2^-32 before its one rounding. From 10.1 on the float result is 0 (|x| is clamped there in
+// float and the result selected, without a branch); a negative x gives 2 - erfc(|x|), which
+// cancels nothing (erfc(|x|) <= 1).
+[[maybe_unused]] static __constant__ double kErfcxTerms[13] = {
+    0.17900115117246568,   -0.3262335601393882,   0.24560380312633326,    -0.15011593125080602,
+    0.07166580268986612,   -0.02439259164348375,  0.004269422259690279,   0.0007084819018176377,
+    -0.0005979541352498966, 4.246317396070642e-05, 6.454143851286009e-05, -8.300036593766485e-06,
+    -6.204558821847956e-06};
+__device__ __forceinline__ float erfc_for_float(float x) {
+  const float top = 10.1f;
+  const double a = ::fminf(::fabsf(x), top);
+  const double t = (a - 3.0) * recip<1>(a + 3.0);
+  double p = kErfcxTerms[12];
+#pragma unroll
+  for (int i = 11; i >= 0; --i) p = ::fma(p, t, kErfcxTerms[i]);
+  const double v = exp_in_range<9>(-a * a) * p;
+  const float r = static_cast<float>(x < 0.0f ? 2.0 - v : v);
+  return ::fabsf(x) < top ? r : (x != x ? x : (x < 0.0f ? 2.0f : 0.0f));
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C erfc(C x) {
+  if constexpr (via_double_v<R, C>) return erfc_for_float(x);
+  else return ::erfc(x);
 }
 
 template <typename R = void, typename C>
@@ -394,17 +445,33 @@ __device__ __forceinline__ T power(T a, T b) {
 }
 
 // log(exp(a) + exp(b)) without overflow, numpy's npy_logaddexp: equal inputs give a + log(2) (so
-// inf and inf give inf), NaN propagates (through a - b). float32 results in double (one rounding
-// of the sum). Without branches: a warp whose lanes took either side of numpy's `a > b` paid for
-// both sides' exp and log1p.
+// inf and inf give inf), NaN propagates (through a - b). Without branches: a warp whose lanes took
+// either side of numpy's `a > b` paid for both sides' exp and log1p.
 template <typename T>
 __device__ __forceinline__ T logaddexp_of(T a, T b) {
   const T r = (a > b ? a : b) + ::log1p(::exp(-::fabs(a - b)));
   return a == b ? a + T(0.693147180559945309417232121458176568) : r;
 }
+
+// float32 results: m + log1p(e), m = max(a, b), e = e^-|a - b| from exp_for_float, and log1p(e) =
+// 2 atanh(e / (2 + e)) for e < 0.4, else log 2 + 2 atanh((e - 1) / (e + 3)), both by atanh_series,
+// so about 2^-39 of log1p(e). That error matters only where m < 0 cancels most of log1p(e); where
+// the sum falls below 1e-4 (there 2^-39 of log1p(e) nears a float ulp of the sum), numpy's formula
+// runs in double instead: rarely, and at both forms' cost only in such a warp.
+__device__ __forceinline__ float logaddexp_for_float(float fa, float fb) {
+  const double a = fa, b = fb, d = a - b;
+  const double e = exp_for_float(-::fabs(d));
+  const bool apart = e < 0.4;
+  const double m = a > b ? a : b;
+  double r = m + (apart ? 0.0 : kLogs[0]) + 2.0 * atanh_series((apart ? e : e - 1.0) * recip(apart ? 2.0 + e : e + 3.0));
+  if (m < 0.0 && ::fabs(r) < 1e-4) r = logaddexp_of(a, b);
+  if (d != d) r = d;                                     // NaN, but inf - inf of equal infinities
+  return static_cast<float>(fa == fb ? a + kLogs[0] : r);
+}
+
 template <typename R = void, typename T>
 __device__ __forceinline__ T logaddexp(T a, T b) {
-  if constexpr (via_double_v<R, T>) return static_cast<float>(logaddexp_of(static_cast<double>(a), static_cast<double>(b)));
+  if constexpr (via_double_v<R, T>) return logaddexp_for_float(a, b);
   else return logaddexp_of(a, b);
 }
 

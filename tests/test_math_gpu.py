@@ -95,3 +95,36 @@ def test_float32_power_of_negative_bases_and_near_one(rng):
         got = pyew.power(x, y)
         assert_matches(got, evaluate(op.ref, op.inputs, [x, y], {}, k.dtype), k.out_dtype, "power float32",
                        rtol=op.rtol, ulp=op.ulp)
+
+
+def test_float32_logaddexp_where_the_sum_cancels_and_erfc_where_it_ends(rng):
+    """float32 logaddexp's own paths: pairs whose result cancels towards 0 (e^a + e^b near 1, where
+    the exact form takes over), equal and nearly equal inputs, pairs far apart, infinities and NaN;
+    erfc around 10.1, where its polynomial ends and float results turn to 0 through the
+    subnormals, and through the subnormal and tiny inputs."""
+    n = 1 << 16
+    a = rng.uniform(-0.9, 0.1, n)
+    near_one = np.log1p(-np.exp(np.minimum(a, -1e-6))) + rng.normal(0, 1e-5, n)
+    cases = [(a, near_one), (a, a + rng.normal(0, 1e-6, n)), (rng.normal(0, 3, n), rng.normal(0, 3, n)),
+             (rng.uniform(-200, 200, n), rng.uniform(-200, 200, n))]
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 1.0, -1.0, -0.6931472, 88.0, -104.0],
+                       np.float32)
+    sx, sy = np.meshgrid(special, special)
+    cases.append((sx.ravel(), sy.ravel()))
+    (op, k), = [p.values for p in map_kernels(lambda o, k: o.name == "logaddexp" and k.dtype.name == "float32")]
+    for x, y in cases:
+        x, y = x.astype(np.float32), y.astype(np.float32)
+        got, ref = pyew.logaddexp(x, y), evaluate(op.ref, op.inputs, [x, y], {}, k.dtype)
+        # Below 2^-23 the float64 reference itself errs by up to a few 1e-16 (numpy's formula
+        # cancels there too), a float32 ulp or more: there within 1 ulp plus that error.
+        with np.errstate(invalid="ignore"):
+            tiny = np.abs(ref) < 2.0 ** -23
+        assert tiny.sum() < x.size // 8
+        ulp = np.spacing(np.abs(ref[tiny]).astype(np.float32)).astype(np.float64)
+        off = np.abs(got[tiny].astype(np.float64) - ref[tiny])
+        assert np.all(off <= ulp + 2.0 ** -50), f"logaddexp float32 near 0: worst {np.max(off / ulp):.2f} ulp"
+        assert_matches(got[~tiny], ref[~tiny], k.out_dtype, "logaddexp float32", rtol=op.rtol, ulp=op.ulp)
+    (op, k), = [p.values for p in map_kernels(lambda o, k: o.name == "erfc" and k.dtype.name == "float32")]
+    x = np.concatenate([np.arange(9.9, 10.3, 2.0 ** -16), -np.arange(3.8, 4.2, 2.0 ** -16), [1e-40, -1e-40, 1e-30],
+                        rng.uniform(-6, 11, n)]).astype(np.float32)
+    _check(op, k, x, pyew.erfc(x))

@@ -176,7 +176,7 @@ def test_basic_launch_past_2_29_and_2_31(rng):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["arcsin", "arccos", "arcsinh", "tan", "sinh", "cosh", "arccosh", "arctanh"])
+@pytest.mark.parametrize("name", ["arcsin", "arccos", "arcsinh", "tan", "sinh", "cosh", "arccosh", "arctanh", "erfc"])
 def test_float32_functions_over_every_input(name, torch_cuda):
     """Every float32 input (2^32 bit patterns, NaNs included) against the double function on the
     GPU: within the op's ulp bound of the correctly rounded result, NaN exactly where it is NaN.
@@ -185,7 +185,8 @@ def test_float32_functions_over_every_input(name, torch_cuda):
     torch = torch_cuda
     op = pyew.library.get().manifest.op(name)
     ref_fn = {"arcsin": torch.asin, "arccos": torch.acos, "arcsinh": torch.asinh, "tan": torch.tan,
-              "sinh": torch.sinh, "cosh": torch.cosh, "arccosh": torch.acosh, "arctanh": torch.atanh}[name]
+              "sinh": torch.sinh, "cosh": torch.cosh, "arccosh": torch.acosh, "arctanh": torch.atanh,
+              "erfc": torch.special.erfc}[name]
     fn = getattr(pyew, name)
     step, worst, worst_x = 1 << 28, 0.0, None
     for start in range(0, 1 << 32, step):
