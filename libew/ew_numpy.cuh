@@ -43,29 +43,10 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
     else return ::fn(a, b);                                                                         \
   }
 EW_NP_VIA_DOUBLE_1(tan, tan)
-EW_NP_VIA_DOUBLE_1(cosh, cosh)
 EW_NP_VIA_DOUBLE_2(arctan2, atan2)
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_1
 #undef EW_NP_VIA_DOUBLE_2
-
-// float32 sinh, arctanh and arccosh in double, at a fraction of the cost of double sinh, atanh and
-// acosh (those keep float32 calls compute-bound): sinh from double exp, the other two from a log
-// whose series stops at about 2^-39, enough for a float result. An error of a few 2^-39 is about
-// 2^-14 of a float ulp, so the one rounding to float stays within 1 ulp. Below 2^-5 the exp form
-// cancels, and sinh's Taylor series takes over (its next term is below 2^-58 there).
-__device__ __forceinline__ float sinh_via_exp(float x) {
-  const double a = ::fabs(static_cast<double>(x));
-  double r;
-  if (a < 0.03125) {
-    const double a2 = a * a;
-    r = a + a * a2 * (1.0 / 6 + a2 * (1.0 / 120 + a2 * (1.0 / 5040)));
-  } else {
-    const double e = ::exp(a);
-    r = 0.5 * (e - 1.0 / e);
-  }
-  return ::copysignf(static_cast<float>(r), x);
-}
 
 // The pieces of arctanh and arccosh below: double precision where a float result needs it (about
 // 2^-39), and no further. atanh(s) for |s| < 0.18 by its series (the next term is below 2^-39 of
@@ -168,6 +149,29 @@ __device__ __forceinline__ double exp_for_float(double t) {
   return exp_in_range(t > 150.0 ? 150.0 : t);
 }
 
+// float32 sinh and cosh from exp_for_float and its reciprocal, at a fraction of the cost of double
+// sinh and cosh (those keep float32 calls compute-bound): e^|x| errs by about 2^-42, and e - 1/e
+// cancels at most 32-fold from |x| = 2^-5 on, so the one rounding to float stays within 1 ulp.
+// Below 2^-5, sinh's Taylor series takes over (its next term is below 2^-58 there).
+[[maybe_unused]] static __constant__ double kSinhTerms[3] = {1.0 / 6, 1.0 / 120, 1.0 / 5040};
+__device__ __forceinline__ float sinh_via_exp(float x) {
+  const double a = ::fabsf(x);
+  double r;
+  if (a < 0.03125) {
+    const double a2 = a * a;
+    r = ::fma(a * a2, ::fma(a2, ::fma(a2, kSinhTerms[2], kSinhTerms[1]), kSinhTerms[0]), a);
+  } else {
+    const double e = exp_for_float(a);
+    r = 0.5 * (e - recip(e));
+  }
+  return ::copysignf(static_cast<float>(r), x);
+}
+
+__device__ __forceinline__ float cosh_via_exp(float x) {
+  const double e = exp_for_float(::fabsf(x));
+  return static_cast<float>(0.5 * (e + recip(e)));
+}
+
 // x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
 // with x = 2^k m, m in [0.707, 1.414), as arccosh_via_log, to about 2^-39; y log x then errs by at
 // most 2^-32 wherever the result is a finite, nonzero float (|y log x| < 104), a 2^-8 of a float
@@ -223,6 +227,12 @@ template <typename R = void, typename C>
 __device__ __forceinline__ C sinh(C x) {
   if constexpr (via_double_v<R, C>) return sinh_via_exp(x);
   else return ::sinh(x);
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C cosh(C x) {
+  if constexpr (via_double_v<R, C>) return cosh_via_exp(x);
+  else return ::cosh(x);
 }
 
 template <typename R = void, typename C>
