@@ -42,7 +42,6 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
       return static_cast<float>(::fn(static_cast<double>(a), static_cast<double>(b)));              \
     else return ::fn(a, b);                                                                         \
   }
-EW_NP_VIA_DOUBLE_1(tan, tan)
 EW_NP_VIA_DOUBLE_2(arctan2, atan2)
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_1
@@ -172,6 +171,38 @@ __device__ __forceinline__ float cosh_via_exp(float x) {
   return static_cast<float>(0.5 * (e + recip(e)));
 }
 
+// float32 tan in double: x = k pi/2 + r with pi/2 in three parts (below 2^20 the first step is
+// exact, and r keeps far more bits than a float result needs: the tests check every float32
+// input), sin r and cos r by their
+// Taylor series on |r| <= pi/4 (to r^13 and r^12: about 2^-41), tan x = sin r / cos r for an
+// even k and -cos r / sin r for an odd one. From 2^20 on, and for infinities and NaN, double tan.
+[[maybe_unused]] static __constant__ double kTanTerms[16] = {
+    0.6366197723675814,      // 2 / pi
+    1.5707963267948966,      6.123233995736766e-17, -1.4973849048591698e-33,     // pi / 2 in three parts
+    1.0 / 6227020800,  -1.0 / 39916800, 1.0 / 362880, -1.0 / 5040, 1.0 / 120, -1.0 / 6,    // sin: r^13 .. r^3
+    1.0 / 479001600, -1.0 / 3628800, 1.0 / 40320, -1.0 / 720, 1.0 / 24, -0.5};           // cos: r^12 .. r^2
+__device__ __forceinline__ float tan_via_series(float x) {
+  if (!(::fabsf(x) < 1048576.0f)) return static_cast<float>(::tan(static_cast<double>(x)));
+  constexpr double kRound = 6755399441055744.0;
+  const double d = x;
+  const double shifted = ::fma(d, kTanTerms[0], kRound);
+  const int k = __double2loint(shifted);
+  const double kd = shifted - kRound;
+  double r = ::fma(-kd, kTanTerms[1], d);
+  r = ::fma(-kd, kTanTerms[2], r);
+  r = ::fma(-kd, kTanTerms[3], r);
+  const double r2 = r * r;
+  double ps = kTanTerms[4], pc = kTanTerms[10];
+#pragma unroll
+  for (int i = 5; i < 10; ++i) ps = ::fma(ps, r2, kTanTerms[i]);
+#pragma unroll
+  for (int i = 11; i < 16; ++i) pc = ::fma(pc, r2, kTanTerms[i]);
+  const double sn = ::fma(r * r2, ps, r);
+  const double cs = ::fma(r2, pc, 1.0);
+  const bool odd = k & 1;
+  return static_cast<float>((odd ? -cs : sn) * recip(odd ? sn : cs));
+}
+
 // x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
 // with x = 2^k m, m in [0.707, 1.414), as arccosh_via_log, to about 2^-39; y log x then errs by at
 // most 2^-32 wherever the result is a finite, nonzero float (|y log x| < 104), a 2^-8 of a float
@@ -227,6 +258,12 @@ template <typename R = void, typename C>
 __device__ __forceinline__ C sinh(C x) {
   if constexpr (via_double_v<R, C>) return sinh_via_exp(x);
   else return ::sinh(x);
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C tan(C x) {
+  if constexpr (via_double_v<R, C>) return tan_via_series(x);
+  else return ::tan(x);
 }
 
 template <typename R = void, typename C>
