@@ -21,20 +21,15 @@ inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T,
 // rounded once, within 1 ulp of the correctly rounded result: CUDA documents tanf 4 ulp, sinhf,
 // atanhf 3, acoshf 4, atan2f 3, erfcf 4, powf 4 (CUDA C++ Programming Guide, Mathematical
 // Functions), and over every float32 input CUDA 13.0's tanf, sinhf, coshf (documented at 2),
-// acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md, Accuracy). asinf, acosf (documented at 2 ulp) and
-// asinhf (documented at 3, at most 1.74 over every input) are used as they are; the slow test
+// acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md, Accuracy). asinf,
+// acosf (documented at 2 ulp) and asinhf (documented at 3, at most 1.74 over every input) are used
+// as they are; the slow test
 // test_float32_functions_over_every_input checks all three against double on every float32 input.
 // For 16-bit results the float function is used: a few float ulp are below 2^-10 of a float16 ulp,
 // so the one rounding to 11 (or 8) bits stays within 1 ulp. float64 uses the double function.
 template <typename R, typename C>
 inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
 
-#define EW_NP_VIA_DOUBLE_1(name, fn)                                                                 \
-  template <typename R = void, typename C>                                                          \
-  __device__ __forceinline__ C name(C x) {                                                          \
-    if constexpr (via_double_v<R, C>) return static_cast<float>(::fn(static_cast<double>(x)));       \
-    else return ::fn(x);                                                                            \
-  }
 #define EW_NP_VIA_DOUBLE_2(name, fn)                                                                 \
   template <typename R = void, typename C>                                                          \
   __device__ __forceinline__ C name(C a, C b) {                                                     \
@@ -42,9 +37,7 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
       return static_cast<float>(::fn(static_cast<double>(a), static_cast<double>(b)));              \
     else return ::fn(a, b);                                                                         \
   }
-EW_NP_VIA_DOUBLE_2(arctan2, atan2)
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
-#undef EW_NP_VIA_DOUBLE_1
 #undef EW_NP_VIA_DOUBLE_2
 
 // The pieces of arctanh and arccosh below: double precision where a float result needs it (about
@@ -184,7 +177,7 @@ __device__ __forceinline__ float cosh_via_exp(float x) {
 __device__ __forceinline__ float tan_via_series(float x) {
   if (!(::fabsf(x) < 1048576.0f)) return static_cast<float>(::tan(static_cast<double>(x)));
   constexpr double kRound = 6755399441055744.0;
-  const double d = x;
+  const double d = ::fabsf(x);                      // tan is odd: tan |x|, negated for a negative x or -0
   const double shifted = ::fma(d, kTanTerms[0], kRound);
   const int k = __double2loint(shifted);
   const double kd = shifted - kRound;
@@ -200,7 +193,34 @@ __device__ __forceinline__ float tan_via_series(float x) {
   const double sn = ::fma(r * r2, ps, r);
   const double cs = ::fma(r2, pc, 1.0);
   const bool odd = k & 1;
-  return static_cast<float>((odd ? -cs : sn) * recip(odd ? sn : cs));
+  const float t = static_cast<float>((odd ? -cs : sn) * recip(odd ? sn : cs));
+  return __float_as_int(x) < 0 ? -t : t;
+}
+
+// float32 arctan2 in double: t = min(|x|, |y|) / max(|x|, |y|), and above tan(pi/8) atan t = pi/4 +
+// atan((min - max) / (min + max)) (both exact in double: one reciprocal either way); atan u =
+// u + u^3 P(u^2), P of degree 7 fitted over |u| <= tan(pi/8) to within 1.1e-13 of atan u
+// (scripts/float32_via_double_error.py); then the octant: pi/2 - a where |y| > |x|, pi - a where
+// x < 0, the sign of y, none of which cancels. Zeros, infinities and NaN go to double atan2.
+[[maybe_unused]] static __constant__ double kAtanTerms[11] = {
+    0.032997042355398236, -0.06029738501214722, 0.07605377181269755,  -0.0908416987365812,
+    0.11110823829759511,  -0.14285708228950386, 0.1999999995113703,   -0.33333333333268433,
+    0.78539816339744831,  1.5707963267948966,   3.1415926535897931};     // then pi/4, pi/2, pi
+__device__ __forceinline__ float arctan2_via_series(float y, float x) {
+  const float ax = ::fabsf(x), ay = ::fabsf(y), inf = __int_as_float(0x7f800000);
+  if (!(ax > 0.0f && ay > 0.0f && ax < inf && ay < inf))
+    return static_cast<float>(::atan2(static_cast<double>(y), static_cast<double>(x)));
+  const double mn = ::fminf(ax, ay), mx = ::fmaxf(ax, ay);
+  const bool wide = mn > 0.41421356f * static_cast<float>(mx);
+  const double u = (wide ? mn - mx : mn) * recip(wide ? mn + mx : mx);
+  const double s = u * u;
+  double p = kAtanTerms[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) p = ::fma(p, s, kAtanTerms[i]);
+  double a = ::fma(u * s, p, u) + (wide ? kAtanTerms[8] : 0.0);
+  a = ay > ax ? kAtanTerms[9] - a : a;
+  a = x < 0.0f ? kAtanTerms[10] - a : a;
+  return ::copysignf(static_cast<float>(a), y);
 }
 
 // x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
@@ -258,6 +278,12 @@ template <typename R = void, typename C>
 __device__ __forceinline__ C sinh(C x) {
   if constexpr (via_double_v<R, C>) return sinh_via_exp(x);
   else return ::sinh(x);
+}
+
+template <typename R = void, typename C>
+__device__ __forceinline__ C arctan2(C y, C x) {
+  if constexpr (via_double_v<R, C>) return arctan2_via_series(y, x);
+  else return ::atan2(y, x);
 }
 
 template <typename R = void, typename C>

@@ -1,8 +1,10 @@
-"""The double-precision paths of float32 erfc and logaddexp (libew/ew_numpy.cuh:
-erfc_for_float, logaddexp_for_float), emulated in float64 and compared with float64 references
-over random bit patterns, the functions' working ranges and (for logaddexp) pairs whose result
-cancels towards 0. Also fits erfcx, the polynomial erfc_for_float evaluates, and prints its
-coefficients as C++ (`--coefficients`). Needs scipy.
+"""The double-precision paths of float32 erfc, logaddexp, arctan2 and tan (libew/ew_numpy.cuh:
+erfc_for_float, logaddexp_for_float, arctan2_via_series, tan_via_series), emulated in float64 and
+compared with float64 references over random bit patterns, the functions' working ranges, pairs
+whose logaddexp cancels towards 0, pairs at arctan2's octant boundaries and floats nearest to
+multiples of pi/2 for tan (the reduction's first step, exact on the GPU, split here instead).
+Also fits the polynomials of erfcx and atan the kernels evaluate, and prints their coefficients
+(`--coefficients`). Needs scipy.
 
     python scripts/float32_via_double_error.py [--coefficients] [--n 20000000]
 """
@@ -28,6 +30,23 @@ def erfcx_coefficients() -> np.ndarray:
 
 
 RNG = np.random.default_rng(7)
+
+
+ATAN_TOP, ATAN_DEGREE = 0.41421356237309503, 7        # |u| <= tan(pi/8); P of degree 7 in u^2
+
+
+def atan_coefficients() -> np.ndarray:
+    """atan u = u + u^3 P(u^2): P by least squares on Chebyshev nodes of u^2 over [0, tan(pi/8)^2],
+    highest power first (the kernel's order)."""
+    top = ATAN_TOP ** 2 * 1.0001
+    nodes = np.cos(np.pi * (np.arange(3000) + 0.5) / 3000)
+    s = (nodes + 1) / 2 * top
+    u = np.sqrt(s)
+    # (atan u - u) / u^3 by its series where u is small, from arctan elsewhere
+    series = sum((-1) ** k * s ** (k - 1) / (2 * k + 1) for k in range(1, 30))
+    f = np.where(u < 0.05, series, (np.arctan(u) - u) / np.where(u > 0, u ** 3, 1))
+    c = np.polynomial.chebyshev.chebfit(nodes, f, ATAN_DEGREE)
+    return np.polynomial.Chebyshev(c, domain=[0, top]).convert(kind=np.polynomial.Polynomial).coef[::-1]
 
 
 def recip(d, steps=2):
@@ -87,6 +106,47 @@ def logaddexp_for_float(a32, b32):
     return r.astype(np.float32), fallback
 
 
+def arctan2_via_series(y32, x32, coef):
+    ax, ay = np.abs(x32), np.abs(y32)
+    mn, mx = np.minimum(ax, ay).astype(np.float64), np.maximum(ax, ay).astype(np.float64)
+    wide = np.minimum(ax, ay) > np.float32(0.41421356) * np.maximum(ax, ay)
+    u = np.where(wide, mn - mx, mn) * recip(np.where(wide, mn + mx, mx))
+    s = u * u
+    p = np.full_like(s, coef[0])
+    for c in coef[1:]:
+        p = p * s + c
+    a = u + u * s * p + np.where(wide, np.pi / 4, 0.0)
+    a = np.where(ay > ax, np.pi / 2 - a, a)
+    a = np.where(x32 < 0, np.pi - a, a)
+    a = np.copysign(a, y32.astype(np.float64))
+    special = ~((ax > 0) & (ay > 0) & np.isfinite(ax) & np.isfinite(ay))
+    return np.where(special, np.arctan2(y32.astype(np.float64), x32.astype(np.float64)), a).astype(np.float32)
+
+
+PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+
+
+def tan_via_series(x32):
+    """float32 tan below 2^20 as the kernel computes it; above, double tan."""
+    d = np.abs(x32).astype(np.float64)
+    k = np.rint(d * 0.6366197723675814)
+    hi = np.float64(np.float32(PIO2[0]))            # k * hi exact (24 + 21 bits), as the GPU's fma is
+    r = ((d - k * hi) - k * (PIO2[0] - hi)) - k * PIO2[1] - k * PIO2[2]
+    r2 = r * r
+    sin_terms = [(-1) ** n / math.factorial(2 * n + 1) for n in range(6, 0, -1)]           # r^13 .. r^3
+    cos_terms = [(-1) ** n / math.factorial(2 * n) for n in range(6, 0, -1)]               # r^12 .. r^2
+    ps, pc = np.full_like(r, sin_terms[0]), np.full_like(r, cos_terms[0])
+    for c in sin_terms[1:]:
+        ps = ps * r2 + c
+    for c in cos_terms[1:]:
+        pc = pc * r2 + c
+    sn, cs = r + r * r2 * ps, r2 * pc + 1.0
+    odd = (k.astype(np.int64) & 1) == 1
+    t = np.where(odd, -cs, sn) * recip(np.where(odd, sn, cs))
+    t = np.where(np.signbit(x32), -t, t)
+    return np.where(np.abs(x32) < 1048576.0, t, np.tan(x32.astype(np.float64))).astype(np.float32)
+
+
 def ulps(got32, ref64):
     """|got - ref| in ulps of the correctly rounded float32 result."""
     sp = np.spacing(np.abs(ref64.astype(np.float32))).astype(np.float64)
@@ -101,9 +161,10 @@ def main() -> None:
     ap.add_argument("--coefficients", action="store_true", help="print erfcx's coefficients as C++")
     ap.add_argument("--n", type=int, default=20_000_000, help="inputs of each kind")
     args = ap.parse_args()
-    coef = erfcx_coefficients()
+    coef, atan = erfcx_coefficients(), atan_coefficients()
     if args.coefficients:
-        print(",\n".join(f"    {c!r}" for c in coef))
+        print("erfcx:", ", ".join(repr(float(c)) for c in coef))
+        print("atan:", ", ".join(repr(float(c)) for c in atan))
     rng = np.random.default_rng(1)
     bits = lambda: rng.integers(0, 2**32, args.n, dtype=np.uint64).astype(np.uint32).view(np.float32)  # noqa: E731
     with np.errstate(all="ignore"):
@@ -122,6 +183,24 @@ def main() -> None:
         print(f"logaddexp: worst {u.max():.4f} ulp at ({a[u.argmax()]!r}, {b[u.argmax()]!r}); over 1 ulp: "
               f"{int((u > 1).sum())} of {a.size}; exact fallback taken by {fallback.mean():.2%} "
               f"({fallback[args.n:2 * args.n].mean():.4%} of the normal(0, 3) pairs)")
+        x = np.concatenate([bits(), rng.normal(0, 3, args.n), rng.uniform(-10, 10, args.n)]).astype(np.float32)
+        edge = rng.choice([1.0, -1.0, 0.41421356237309503, -0.41421356237309503, 2.414213562373095, 1e-30], args.n)
+        y = np.concatenate([bits(), rng.normal(0, 3, args.n),
+                            x[-args.n:] * edge * (1 + rng.normal(0, 1e-6, args.n))]).astype(np.float32)
+        y = np.concatenate([y, np.repeat(specials, specials.size)])
+        x = np.concatenate([x, np.tile(specials, specials.size)])
+        u = ulps(arctan2_via_series(y, x, atan), np.arctan2(y.astype(np.float64), x.astype(np.float64)))
+        print(f"arctan2: worst {u.max():.4f} ulp at ({y[u.argmax()]!r}, {x[u.argmax()]!r}); over 1 ulp: "
+              f"{int((u > 1).sum())} of {y.size}")
+        k = rng.integers(-(1 << 20) // 2, (1 << 20) // 2, args.n).astype(np.float64)
+        near = (k * (np.pi / 2)).astype(np.float32)
+        near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))])
+        x = np.concatenate([bits(), rng.uniform(-1.1e6, 1.1e6, args.n).astype(np.float32), near, specials])
+        got = tan_via_series(x)
+        u = ulps(got, np.tan(x.astype(np.float64)))
+        zero_sign = np.signbit(got[x == 0]) == np.signbit(x[x == 0])
+        print(f"tan: worst {u.max():.4f} ulp at x = {x[u.argmax()]!r}; over 1 ulp: {int((u > 1).sum())} of "
+              f"{x.size}; signed zeros kept: {bool(zero_sign.all())}")
 
 
 if __name__ == "__main__":

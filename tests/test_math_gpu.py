@@ -128,3 +128,20 @@ def test_float32_logaddexp_where_the_sum_cancels_and_erfc_where_it_ends(rng):
     x = np.concatenate([np.arange(9.9, 10.3, 2.0 ** -16), -np.arange(3.8, 4.2, 2.0 ** -16), [1e-40, -1e-40, 1e-30],
                         rng.uniform(-6, 11, n)]).astype(np.float32)
     _check(op, k, x, pyew.erfc(x))
+
+
+def test_float32_arctan2_at_its_octant_boundaries(rng):
+    """float32 arctan2's own paths: |y| near |x|, near tan(pi/8) |x| and its reciprocal (where the
+    reduction changes form), tiny y against negative x (results near pi), every sign combination;
+    zeros of both signs, infinities and NaN (C's special cases)."""
+    n = 1 << 16
+    x = rng.uniform(-10, 10, n)
+    edge = rng.choice([1.0, -1.0, 0.41421356237309503, -0.41421356237309503, 2.414213562373095, 1e-30], n)
+    y = x * edge * (1 + rng.normal(0, 1e-6, n))
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 1.0, -1.0], np.float32)
+    sy, sx = np.meshgrid(special, special)
+    (op, k), = [p.values for p in map_kernels(lambda o, k: o.name == "arctan2" and k.dtype.name == "float32")]
+    for a, b in ((y, x), (sy.ravel(), sx.ravel())):
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        assert_matches(pyew.arctan2(a, b), evaluate(op.ref, op.inputs, [a, b], {}, k.dtype), k.out_dtype,
+                       "arctan2 float32", rtol=op.rtol, ulp=op.ulp)
