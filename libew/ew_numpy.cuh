@@ -166,9 +166,9 @@ __device__ __forceinline__ float cosh_via_exp(float x) {
 
 // float32 tan in double: x = k pi/2 + r with pi/2 in three parts (below 2^20 the first step is
 // exact, and r keeps far more bits than a float result needs: the tests check every float32
-// input), sin r and cos r by their
-// Taylor series on |r| <= pi/4 (to r^13 and r^12: about 2^-41), tan x = sin r / cos r for an
-// even k and -cos r / sin r for an odd one. From 2^20 on, and for infinities and NaN, double tan.
+// input), sin r and cos r by their Taylor series on |r| <= pi/4 (to r^13 and r^12: about 2^-41),
+// tan x = sin r / cos r for an even k and -cos r / sin r for an odd one. From 2^20 on, and for
+// infinities and NaN, double tan.
 [[maybe_unused]] static __constant__ double kTanTerms[16] = {
     0.6366197723675814,      // 2 / pi
     1.5707963267948966,      6.123233995736766e-17, -1.4973849048591698e-33,     // pi / 2 in three parts
