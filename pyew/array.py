@@ -67,15 +67,26 @@ class Foreign:
     """Memory another library owns (imported through CUDA Array Interface or DLPack): `owner`
     keeps it alive. pyew cannot order the owner's frees after its own work, so, as with any
     consumer of these protocols, the producer's object must outlive the work queued on it."""
-    __slots__ = ("owner", "stream", "last", "read_only", "__weakref__")
+    __slots__ = ("owner", "ordinal", "used", "read_only", "__weakref__")
 
     def __init__(self, owner, read_only: bool = False, ordinal: int = 0):
+        # An operand is imported on every call that takes one: the streams are looked up only
+        # when asked for.
         self.owner = owner
-        self.stream = self.last = rt.default_stream(ordinal)
+        self.ordinal = ordinal
+        self.used = None
         self.read_only = read_only
 
+    @property
+    def stream(self):
+        return rt.default_stream(self.ordinal)
+
+    @property
+    def last(self):
+        return self.used if self.used is not None else rt.default_stream(self.ordinal)
+
     def used_on(self, stream) -> None:
-        self.last = stream
+        self.used = stream
 
     def read_by(self, stream) -> None:
         pass        # the owner's object keeps the memory; nothing to order

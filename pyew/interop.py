@@ -7,10 +7,12 @@ interface carries a `stream` (v3: the producer says what to wait for, and readin
 cheapest import), else DLPack when the type has it (the producer orders its work before the
 stream pyew passes), else a v2 interface, whose producer promises the data is ready.
 
-PyTorch tensors and CuPy arrays are read through their own attributes (data pointer, dtype, shape,
-contiguity) and pyew's stream waits for the library's current stream: the contract DLPack and the
-CUDA Array Interface give, without building a capsule or a dict on every call (a DLPack capsule
-costs tens of microseconds in torch).
+A type that offers DLPack's C exchange API (`__dlpack_c_exchange_api__`: PyTorch from 2.10) is
+read through it by pyew's C extension, one C call per operand for the pointer, dtype, shape,
+contiguity and the library's current stream. Otherwise PyTorch tensors and CuPy arrays are read
+through their own attributes. Either way pyew's stream waits for the library's current stream:
+the contract DLPack and the CUDA Array Interface give, without building a capsule or a dict on
+every call (a DLPack capsule costs tens of microseconds in torch).
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import sys
 
 import numpy as np
 
-from . import dlpack
+from . import dlpack, library
 from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray, Foreign, from_host, lookup_dtype, target_device
+from .errors import LibraryError
 
 _CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
 _cai_v3: dict[type, bool] = {}      # type -> its interface carries a stream
@@ -202,6 +205,9 @@ _readers: dict[type, object] = {}      # type -> reader function, or None for th
 
 def _native_reader(t: type):
     root = t.__module__.split(".")[0]
+    reader = _exchange_reader(t, root)
+    if reader is not None:
+        return reader
     mod = sys.modules.get(root) if root in ("torch", "cupy") else None
     if mod is None:
         return None
@@ -287,12 +293,15 @@ def _torch_reader(torch):
 
 def _cupy_reader(cupy):
     current = cupy.cuda.get_current_stream
+    by_dtype: dict = {}
 
     def read(x, stream, op, name):
-        try:
-            info = dt.lookup(x.dtype)
-        except KeyError:
-            raise TypeError(f"{op}: {name!r} has dtype {x.dtype}, which pyew does not support") from None
+        info = by_dtype.get(x.dtype)
+        if info is None:
+            try:
+                info = by_dtype[x.dtype] = dt.lookup(x.dtype)
+            except KeyError:
+                raise TypeError(f"{op}: {name!r} has dtype {x.dtype}, which pyew does not support") from None
         if not x.flags.c_contiguous:
             raise ValueError(f"{op}: {name!r} is a non-contiguous ndarray (shape {x.shape}, strides {x.strides}); "
                              "pyew takes C-contiguous GPU arrays: pass cupy.ascontiguousarray(x)")
@@ -303,5 +312,56 @@ def _cupy_reader(cupy):
         if producer != stream.handle:
             rt.stream_wait(stream, rt.foreign_stream(producer, index))
         return DeviceArray(Foreign(x, False, index), x.data.ptr, x.shape, info)
+
+    return read
+
+
+_dl_dtypes: dict[int, dt.DType | None] = {}      # code | bits << 8 | lanes << 16 -> dtype row
+
+
+def _exchange_reader(t: type, root: str):
+    """A reader through the type's DLPack C exchange API, or None where the type has none (or one
+    of another major version) or pyew runs without its C extension. A torch tensor is read as the
+    plain tensor the API offers (torch's tensors are writable; whether one requires grad is asked
+    of the tensor, as DLPack does not say); any other type as a managed tensor, whose flags say
+    whether it is read-only."""
+    api = getattr(t, "__dlpack_c_exchange_api__", None)
+    if api is None:
+        return None
+    try:
+        ext = library.get().ext
+    except LibraryError:                   # no library (an import alone needs none): the readers below serve
+        return None
+    if ext is None or not hasattr(ext, "dlpack_view"):
+        return None
+    try:
+        ext.dlpack_version(api)
+    except (TypeError, ValueError):        # not such a capsule, or a major version pyew cannot read
+        return None
+    view, torch, owned = ext.dlpack_view, root == "torch", root != "torch"
+
+    def read(x, stream, op, name):
+        try:
+            ptr, kind, index, code, shape, contiguous, producer, read_only = view(api, x, owned)
+        except Exception as e:
+            raise TypeError(f"{op}: {name!r}, a {type(x).__name__}, cannot be read through DLPack: {e}") from None
+        if kind not in _CUDA_DEVICES:
+            return None
+        info = _dl_dtypes.get(code, False)
+        if info is False:
+            info = _dl_dtypes[code] = dlpack.dtype_of(code & 0xFF, (code >> 8) & 0xFF, code >> 16)
+        if info is None:
+            shown = getattr(x, "dtype", f"DLPack code {code & 0xFF}, {(code >> 8) & 0xFF} bits")
+            raise TypeError(f"{op}: {name!r} is a {type(x).__name__} of dtype {shown}, which pyew does not support")
+        if torch and x.requires_grad:
+            raise ValueError(f"{op}: {name!r} requires grad; pass t.detach() (pyew's ops are outside autograd)")
+        if not contiguous:
+            raise ValueError(f"{op}: {name!r} is a non-contiguous {type(x).__name__} (shape {shape}); pyew takes "
+                             f"C-contiguous GPU arrays: pass {_contiguous_fix(x)}")
+        if index != stream.ordinal:
+            wrong_device(index, stream, op, name)
+        if producer != stream.handle:
+            rt.stream_wait(stream, rt.foreign_stream(producer, index))
+        return DeviceArray(Foreign(x, read_only, index), ptr, shape, info)
 
     return read

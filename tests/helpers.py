@@ -3,6 +3,8 @@ kernels for parametrization, and the C compile check of the generated header."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -115,3 +117,15 @@ def free_memory_for(nbytes: int) -> None:
     pyew.runtime.trim_pool()
     if pyew.device_info()["free_memory"] < nbytes + (1 << 30):
         pytest.skip(f"not enough GPU memory for {nbytes >> 30} GiB")
+
+
+def shared_library(tmp_path_factory, name: str, source: str, include: Path | None = None) -> ctypes.CDLL:
+    """C source compiled with the system's cc into a shared library and loaded (skips without cc)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp(name)
+    (d / f"{name}.c").write_text(source)
+    so = d / f"{name}.so"
+    flags = ["-I", str(include)] if include is not None else []
+    subprocess.run(["cc", "-shared", "-fPIC", *flags, "-o", str(so), str(d / f"{name}.c")], check=True)
+    return ctypes.CDLL(str(so))

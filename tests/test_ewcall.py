@@ -14,6 +14,8 @@ import pytest
 
 from pyew import library
 
+from .helpers import shared_library
+
 ROOT = Path(__file__).resolve().parent.parent
 LIB = library.library_path()
 EXT = LIB.parent / library.EXTENSION
@@ -44,14 +46,7 @@ class Arg(ctypes.Union):
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    d = tmp_path_factory.mktemp("probe")
-    (d / "probe.c").write_text(PROBE)
-    so = d / "probe.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-I", str(ROOT / "libew"), "-o", str(so), str(d / "probe.c")],
-                   check=True)
-    lib = ctypes.CDLL(str(so))
+    lib = shared_library(tmp_path_factory, "probe", PROBE, ROOT / "libew")
     ext = _extension()
     fn = ext.bind(ctypes.cast(lib.probe_packed, ctypes.c_void_p).value, "plidpu", "probe")
     return fn, (Arg * 8).in_dll(lib, "seen"), ctypes.c_int.in_dll(lib, "calls")

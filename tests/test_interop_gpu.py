@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyew
-from pyew import dlpack
+from pyew import dlpack, interop
 
 from .helpers import busy_torch_stream, poison, random_array
 
@@ -33,6 +33,39 @@ def test_torch_tensors_in_and_out(torch_cuda, rng):
     # mixed with a DeviceArray and a numpy array: a GPU call
     m = pyew.add(t, a)
     np.testing.assert_array_equal(m.get(), a + a)
+
+
+def test_torch_through_the_dlpack_exchange_api(torch_cuda, rng):
+    """Where PyTorch offers DLPack's C exchange API and the C extension is built, tensors are read
+    through it: every dtype pyew has, slices at an offset, 0-d and empty tensors, the refusals."""
+    torch = torch_cuda
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no DLPack C exchange API")
+    if pyew.library.get().ext is None:
+        pytest.skip("pyew runs without its C extension")
+    base = torch.from_numpy(random_array(rng, 4099, "float32")).cuda()
+    pyew.relu(base)
+    assert "exchange" in interop._readers[type(base)].__qualname__
+    for tdt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool):
+        t = base[3:].to(tdt)[5:]                            # a slice: its data pointer is past the storage's
+        d = pyew.asarray(t)
+        assert (d.ptr, d.shape, d.dtype.itemsize) == (t.data_ptr(), tuple(t.shape), t.element_size())
+        assert torch.equal(torch.from_dlpack(d), t)
+    x = base[1:]
+    y = pyew.add(x, x)
+    np.testing.assert_array_equal(y.get(), (x + x).cpu().numpy())
+    s = torch.tensor(2.5, device="cuda")
+    assert pyew.asarray(s).shape == () and float(pyew.mul(s, 2.0)) == 5.0
+    assert pyew.add(base[:0], base[:0]).shape == (0,)
+    with pytest.raises(ValueError, match=r"non-contiguous Tensor.*\.contiguous\(\)"):
+        pyew.relu(base.view(4099, 1)[::2])
+    with pytest.raises(ValueError, match="requires grad"):
+        pyew.relu(base.clone().requires_grad_())
+    with pytest.raises(TypeError, match="complex64"):
+        pyew.relu(base.to(torch.complex64))
+    host = pyew.relu(base.cpu())                            # a CPU tensor is host data
+    assert isinstance(host, np.ndarray)
+    np.testing.assert_array_equal(host, torch.relu(base).cpu().numpy())
 
 
 def test_torch_non_contiguous_names_the_fix(torch_cuda):
