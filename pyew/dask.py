@@ -6,12 +6,12 @@ chunks (on their GPU, without a copy), on any Dask scheduler.
     y = ed.gelu(ed.add(ed.mul(x, 0.5), 0.1))                 # lazy dask arrays, like dask's ufuncs
     z = ed.map_blocks(lambda x: pyew.gelu(pyew.add(pyew.mul(x, 0.5), 0.1)), x)   # one upload per chunk
 
-Every map op of the loaded library is a function here (`pyew.dask.gelu`), and `map(op, *args)`
-takes an op or its name. They behave as dask's own ufuncs do: numpy broadcasting between dask
-arrays, numpy arrays and scalars; the result dtype is pyew's (numpy's promotion) and is known
-without running anything, so building a graph needs no GPU. Each chunk keeps its array type: numpy
-chunks give numpy chunks, CuPy chunks give CuPy chunks (pyew's work queues on CuPy's current
-stream, so CuPy code that follows is ordered after it).
+Every map op of the loaded library, and of spec files pyew.load_spec loaded, is a function here
+(`pyew.dask.gelu`), and `map(op, *args)` takes an op or its name. They behave as dask's own ufuncs
+do: numpy broadcasting between dask arrays, numpy arrays and scalars; the result dtype is pyew's
+(numpy's promotion) and is known without running anything, so building a graph needs no GPU. Each
+chunk keeps its array type: numpy chunks give numpy chunks, CuPy chunks give CuPy chunks (pyew's
+work queues on CuPy's current stream, so CuPy code that follows is ordered after it).
 
 `map_blocks(func, *args)` runs a function of DeviceArrays per chunk: numpy chunks go to the GPU
 once, every op of `func` runs there, and the result comes back once, into page-locked memory from
@@ -37,7 +37,7 @@ except ImportError as e:        # pragma: no cover - depends on the environment
                       "distributed") from e
 
 from . import dtypes as dt
-from . import formula, fused, kinds, library
+from . import formula, fused, kinds, library, specs
 from .array import DeviceArray
 from .formula import Call, Var
 from .interop import asarray
@@ -50,14 +50,22 @@ __all__ = ["map", "map_blocks", "evaluate"]
 
 # ---- the op functions -----------------------------------------------------------------------------
 
+def _op_named(name) -> library.Op | None:
+    """The map op called `name`: the loaded library's, or one pyew.load_spec loaded."""
+    op = fused.vocabulary().get(name) if isinstance(name, str) else None
+    return op if op is not None and op.name == name else None      # not numpy's names for the ops
+
+
 def _map_op(op) -> library.Op:
-    """The library's map op for `op` (a pyew op function or its name)."""
+    """The map op for `op` (a pyew op function, a loaded spec op's function, or its name)."""
     name = op if isinstance(op, str) else getattr(op, "__name__", None)
-    spec = library.get().manifest.op(name) if isinstance(name, str) else None
-    if spec is None or spec.kind != "map" or (not isinstance(op, str) and kinds.table().get(name) is not op):
+    spec = _op_named(name)
+    if spec is None or (not isinstance(op, str) and op is not kinds.table().get(name)
+                        and op is not specs.function(name)):
         shown = repr(op) if isinstance(op, str) else type(op).__name__
-        raise TypeError(f"pyew.dask.map: {shown} is not a map op of the loaded library (pyew.ops() lists them; "
-                        "map_blocks runs any function of DeviceArrays)")
+        raise TypeError(f"pyew.dask.map: {shown} is not a map op of the loaded library or of a spec file "
+                        "pyew.load_spec loaded (pyew.ops() lists the library's; map_blocks runs any function "
+                        "of DeviceArrays)")
     return spec
 
 
@@ -281,10 +289,10 @@ def _checked(res, func, dtype: np.dtype) -> DeviceArray:
 def __getattr__(name: str):
     if name.startswith("_"):
         raise AttributeError(name)
-    spec = library.get().manifest.op(name)
-    if spec is None or spec.kind != "map":
-        raise AttributeError(f"module 'pyew.dask' has no attribute {name!r} (not a map op of the loaded library; "
-                             "see pyew.ops())")
+    spec = _op_named(name)
+    if spec is None:
+        raise AttributeError(f"module 'pyew.dask' has no attribute {name!r} (not a map op of the loaded library "
+                             "or of a spec file pyew.load_spec loaded; see pyew.ops())")
     fn = functools.partial(map, name)
     fn.__name__ = fn.__qualname__ = name           # type: ignore[attr-defined]
     fn.__doc__ = f"pyew.{name} blockwise over dask arrays. {spec.doc}"

@@ -28,6 +28,7 @@ from .formula import ALIASES, Call, Var, trace_if_traced
 
 _lock = threading.Lock()
 _ops: dict[str, tuple[library.Op, str, str]] = {}     # name -> (op, its definition's digest, spec file)
+_functions: dict[str, object] = {}                     # name -> its Python function, one per op
 _dirs: dict[str, dict[str, str]] = {}                  # folder -> its headers (op name -> text)
 _version = 0
 
@@ -40,6 +41,11 @@ def version() -> int:
 def loaded_ops() -> dict[str, library.Op]:
     """Every op loaded from spec files in this process, by name."""
     return {name: v[0] for name, v in _ops.items()}
+
+
+def function(name: str):
+    """The Python function of the loaded op `name` (the one load_spec returned), or None."""
+    return _functions.get(name)
 
 
 def include_dirs() -> list[str]:
@@ -162,7 +168,9 @@ def load_spec(path) -> SpecOps:
             for name in new:
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
             _version += 1
-    return SpecOps(shown, {name: _function(_ops[name][0]) for name in headers})
+    with _lock:
+        fns = {name: _functions.get(name) or _functions.setdefault(name, _function(_ops[name][0])) for name in headers}
+    return SpecOps(shown, fns)
 
 
 def _built_from(lib: library.Library, recorded: str) -> Path | None:

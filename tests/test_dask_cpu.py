@@ -8,7 +8,7 @@ import pytest
 
 import pyew
 
-from .helpers import manifest_ops
+from .helpers import ROOT, manifest_ops
 
 da = pytest.importorskip("dask.array")
 pytestmark = pytest.mark.skipif(not manifest_ops(), reason="libew.so not built (make all)")
@@ -107,6 +107,27 @@ def test_map_blocks_runs_a_function_of_device_arrays(ed, fakes, rng):
 def test_bad_calls_say_what_is_wrong(ed, no_gpu, call, err, match):
     with pytest.raises(err, match=match):
         call(ed, da.ones(8, chunks=4, dtype=np.float32))
+
+
+def test_ops_of_loaded_spec_files_build_graphs(ed, no_gpu):
+    """Ops pyew.load_spec loaded are pyew.dask functions too, by name or function, with their params
+    and dtypes; numpy's names for library ops are not (pyew has no pyew.multiply either)."""
+    pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
+    from pyew import jit
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    x = da.ones((40, 30), chunks=(16, 30), dtype=np.float16)
+    b = da.ones(30, chunks=30, dtype=np.float32)
+    y = ed.softplus(ed.bias_gelu(x, b), beta=2.0)
+    assert y.dtype == np.float32 and y.chunks == x.chunks and ed.softplus.__name__ == "softplus"
+    assert ed.map(ops.softplus, x).dtype == np.float16
+    with pytest.raises(TypeError, match="softplus\\(\\) has no param\\(s\\) alpha; it takes beta"):
+        ed.map("softplus", x, alpha=1.0)
+    with pytest.raises(TypeError, match="not a map op of the loaded library or of a spec file"):
+        ed.map(lambda v: v, x)
+    with pytest.raises(AttributeError, match="'multiply'"):
+        assert ed.multiply is None, "numpy names are not pyew.dask functions"
 
 
 def test_map_blocks_checks_what_the_function_returns(ed, fakes):

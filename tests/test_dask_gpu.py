@@ -9,6 +9,8 @@ import pytest
 
 import pyew
 
+from .helpers import ROOT
+
 pytestmark = pytest.mark.gpu
 da = pytest.importorskip("dask.array")
 ed = pytest.importorskip("pyew.dask")
@@ -85,6 +87,19 @@ def test_params_and_promotion(rng):
     e = ed.map("elu", da.from_array(f, chunks=(16, 16)), alpha=0.5)
     np.testing.assert_allclose(e.compute(scheduler="sync"), np.where(f > 0, f, 0.5 * np.expm1(f.astype(np.float64))),
                                rtol=1e-6, atol=1e-7)
+
+
+def test_ops_of_a_loaded_spec_file(rng):
+    """A pyew.load_spec op in a chain of pyew.dask ops, run on the GPU chunk by chunk."""
+    pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
+    pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    f = rng.standard_normal((40, 30)).astype(np.float32)
+    b = rng.standard_normal(30).astype(np.float32)
+    y = ed.softplus(ed.mul(ed.bias_gelu(da.from_array(f, chunks=(16, 16)), b), 2.0), beta=0.5)
+    g = gelu_ref(f + b)                                  # bias_gelu rounds x + b to float32 first
+    z = 0.5 * (g.astype(np.float32) * 2).astype(np.float64)
+    ref = np.where(z > 20, z / 0.5, np.log1p(np.exp(z)) / 0.5)
+    np.testing.assert_allclose(y.compute(scheduler="sync"), ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
