@@ -187,7 +187,9 @@ def test_operator(o, dtype, rng):
         if o.ufunc in ("power", "left_shift", "right_shift") and info.kind == "int":
             k = 2
         got = getattr(dev[0], o.methods[0])(k)
-        assert got.dtype == f(arrays[0], k).dtype, f"{what} number: {got.dtype}"
+        with np.errstate(all="ignore"):                # numpy's dtype is all that is compared here
+            want_dtype = f(arrays[0], k).dtype
+        assert got.dtype == want_dtype, f"{what} number: {got.dtype}"
         _check(got, o.ufunc, [arrays[0], k], what + f" {k}")
         if o.reflected:
             base = arrays[1] if o.ufunc not in ("floor_divide", "remainder", "divide") else \
@@ -195,7 +197,9 @@ def test_operator(o, dtype, rng):
             if o.ufunc == "power" and info.kind == "int":
                 base = np.abs(base % 5).astype(info.np)
             got = getattr(pyew.asarray(base), o.methods[1])(k)        # k <op> base
-            assert got.dtype == getattr(np.ndarray, o.methods[1])(base, k).dtype, f"{what} reflected"
+            with np.errstate(all="ignore"):
+                want_dtype = getattr(np.ndarray, o.methods[1])(base, k).dtype
+            assert got.dtype == want_dtype, f"{what} reflected"
             _check(got, o.ufunc, [k, base], what + f" {k} reflected")
             want = arrays[0].copy()
             try:
