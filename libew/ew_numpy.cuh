@@ -423,19 +423,50 @@ __device__ __forceinline__ T remainder_int(T a, T b) {
   return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(r + b) : r;
 }
 
+// C's fmod and its truncated quotient, exact, without the library's loop, where the quotient is
+// small: with q = a / b rounded and |q| < 2^(digits - 2), trunc(q) is the true quotient or one past
+// it (the division errs by less than one), and a - trunc(q) b, formed by one fma, is exact either
+// way (a multiple of b's ulp below |b|, or a - b by Sterbenz's lemma where |a| < |b|), so one step
+// back gives both. False for zero and infinite divisors, infinite or NaN operands and larger
+// quotients, which go to the library's fmod.
+template <typename T>
+__device__ __forceinline__ bool fmod_small(T a, T b, T q, T& quo, T& rem) {
+  constexpr T kLimit = sizeof(T) == 4 ? T(4194304.0f) : T(2251799813685248.0);   // 2^22, 2^51
+  if (!(::fabs(q) < kLimit) || !::isfinite(b)) return false;
+  quo = ::trunc(q);
+  rem = ::fma(-quo, b, a);
+  if (rem != T(0) && ::signbit(rem) != ::signbit(a)) {
+    rem += ::copysign(b, a);
+    quo -= ::copysign(T(1), quo);
+  }
+  return true;
+}
+
+template <typename T>
+__device__ __forceinline__ T fmod_exact(T a, T b) {
+  T quo, rem;
+  if (!fmod_small(a, b, a / b, quo, rem)) return ::fmod(a, b);
+  return rem == T(0) ? ::copysign(T(0), a) : rem;
+}
+
 // numpy's npy_divmod for floats (npy_math_internal.h): the quotient from fmod, snapped to an
 // integer, with the signs of zeros and the infinities numpy gives (x // inf is 0 or -1, x % inf is
 // x or inf with inf's sign). A zero divisor gives a / b and fmod's NaN, as numpy's floor_divide and
-// remainder do.
+// remainder do. Where fmod_small applies, its quotient is the integer numpy's (a - fmod) / b snaps
+// to (that division errs by less than a half there), so it stands in for it.
 template <typename T>
 struct DivMod {
   T div, mod;
 };
 template <typename T>
 __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
-  T mod = ::fmod(a, b);
-  if (b == T(0)) return {a / b, mod};
-  T div = (a - mod) / b;
+  const T q = a / b;
+  T div, mod;
+  if (!fmod_small(a, b, q, div, mod)) {
+    mod = ::fmod(a, b);
+    if (b == T(0)) return {q, mod};
+    div = (a - mod) / b;
+  }
   if (mod != T(0)) {
     if ((b < T(0)) != (mod < T(0))) {
       mod += b;
@@ -449,7 +480,7 @@ __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
     floordiv = ::floor(div);
     if (div - floordiv > T(0.5)) floordiv += T(1);
   } else {
-    floordiv = ::copysign(T(0), a / b);
+    floordiv = ::copysign(T(0), q);
   }
   return {floordiv, mod};
 }
@@ -471,7 +502,7 @@ __device__ __forceinline__ T remainder(T a, T b) {
 template <typename T>
 __device__ __forceinline__ T fmod(T a, T b) {
   if constexpr (std::is_integral_v<T>) return (b == T(0) || b == T(-1)) ? T(0) : static_cast<T>(a % b);
-  else return ::fmod(a, b);
+  else return fmod_exact(a, b);
 }
 
 // a^b. Floats: C's pow (numpy's); float32 results from power_via_log (see via_double_v). Integers:

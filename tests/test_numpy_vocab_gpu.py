@@ -39,6 +39,44 @@ def test_integer_division_is_defined_everywhere(dtype):
     np.testing.assert_array_equal(pyew.remainder(pyew.asarray(a), t(-1)).get(), np.zeros_like(a))
 
 
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_float_division_where_the_quotient_rounds_across_an_integer(dtype, rng):
+    """floor_divide, remainder and fmod where a / b lies within a few ulp of an integer (rounded,
+    it can land one past the true quotient), on quotients around 2^22 (float32) and 2^51 (float64),
+    where the fast form hands over to the library's fmod, and on random pairs of every magnitude:
+    bit for bit numpy's (16-bit types as numpy's loops compute them: in float32, rounded once)."""
+    info = pyew.dtypes.BY_NAME[dtype]
+    digits = {"float32": 24, "float64": 53, "float16": 11, "bfloat16": 8}[dtype]
+    n = 1 << 18
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-12, 12, n))).astype(info.np)
+    k = np.floor(np.exp2(rng.uniform(0, digits + 1, n))) * rng.choice([-1.0, 1.0], n)
+    k[: n // 8] = np.exp2(digits - 2) + rng.integers(-8, 8, n // 8)        # around the hand-over
+    with np.errstate(all="ignore"):
+        a = (k * b.astype(np.float64)).astype(info.np)
+    bits = a.view(_UINT[info.itemsize]).copy()
+    step = rng.integers(-2, 3, n).astype(np.int64)                            # a few ulp either way
+    ok = np.isfinite(a.astype(np.float64)) & (a.astype(np.float64) != 0)
+    bits[ok] = (bits[ok].astype(np.int64) + step[ok]).astype(bits.dtype)
+    a = bits.view(info.np)
+    wild = rng.integers(0, 1 << (8 * info.itemsize - 1), (2, n // 4)).astype(_UINT[info.itemsize])
+    wild[:, ::2] |= _UINT[info.itemsize](1) << _UINT[info.itemsize](8 * info.itemsize - 1)   # both signs
+    a = np.concatenate([a, wild[0].view(info.np)])
+    b = np.concatenate([b, wild[1].view(info.np)])
+    wide = np.float64 if dtype == "float64" else np.float32
+    for name in ("floor_divide", "remainder", "fmod"):
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(a.astype(wide), b.astype(wide)).astype(info.np)
+        got = getattr(pyew, name)(pyew.asarray(a), pyew.asarray(b)).get()
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        same = (got.view(_UINT[info.itemsize]) == want.view(_UINT[info.itemsize])) | (np.isnan(g) & np.isnan(w))
+        bad = np.flatnonzero(~same)[:5]
+        assert same.all(), (f"{name} {dtype}: {(~same).sum()} differ, e.g. {a[bad]} {b[bad]} -> {got[bad]}, "
+                            f"numpy {want[bad]}")
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_integer_powers(dtype):
     """Wrapping like numpy's; a negative exponent (numpy raises) gives 1 / x^|y| rounded toward zero."""
