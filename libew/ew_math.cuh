@@ -134,7 +134,7 @@ __device__ __forceinline__ C expm1(C x) {
     p = fmaf(p, x, 1.f / 24.f);
     p = fmaf(p, x, 1.f / 6.f);
     p = fmaf(p, x, 0.5f);
-    p = fmaf(p * x, x, x);
+    p = copysignf(fmaf(p * x, x, x), x);      // x + x^2 p is +0 at x = -0; e^x - 1 has x's sign
     return fabsf(x) < 0.5f ? p : exp<R>(x) - 1.f;
   } else {
     return ::expm1(x);
