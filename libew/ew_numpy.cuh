@@ -405,6 +405,27 @@ __device__ __forceinline__ T clip(T x, T lo, T hi) {
   return minimum(maximum(x, lo), hi);
 }
 
+// C's a / b and a % b of integers (b not 0, and not -1 where a may be the most negative), through
+// 32-bit division where both 64-bit operands fit 32 bits: a 64-bit division is a long software
+// routine on the GPU, a 32-bit one a few instructions.
+template <typename T>
+__device__ __forceinline__ T div_c(T a, T b) {
+  if constexpr (sizeof(T) == 8) {
+    using N = std::conditional_t<std::is_signed_v<T>, int32_t, uint32_t>;
+    if (a == T(N(a)) && b == T(N(b))) return T(N(a) / N(b));
+  }
+  return static_cast<T>(a / b);
+}
+
+template <typename T>
+__device__ __forceinline__ T rem_c(T a, T b) {
+  if constexpr (sizeof(T) == 8) {
+    using N = std::conditional_t<std::is_signed_v<T>, int32_t, uint32_t>;
+    if (a == T(N(a)) && b == T(N(b))) return T(N(a) % N(b));
+  }
+  return static_cast<T>(a % b);
+}
+
 // Floor division and its remainder, as Python and numpy define them: the quotient rounded toward
 // -inf, the remainder with the divisor's sign. Integers: x // 0 and x % 0 are 0 (numpy warns and
 // gives 0), INT_MIN // -1 wraps to INT_MIN; nothing here divides by 0 or overflows.
@@ -412,14 +433,14 @@ template <typename T>
 __device__ __forceinline__ T floor_divide_int(T a, T b) {
   if (b == T(0)) return T(0);
   if (b == T(-1)) return wrap_sub(T(0), a);
-  const T q = static_cast<T>(a / b);
-  return (static_cast<T>(a % b) != T(0) && ((a < T(0)) != (b < T(0)))) ? static_cast<T>(q - T(1)) : q;
+  const T q = div_c(a, b);
+  return (rem_c(a, b) != T(0) && ((a < T(0)) != (b < T(0)))) ? static_cast<T>(q - T(1)) : q;
 }
 
 template <typename T>
 __device__ __forceinline__ T remainder_int(T a, T b) {
   if (b == T(0) || b == T(-1)) return T(0);
-  const T r = static_cast<T>(a % b);
+  const T r = rem_c(a, b);
   return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(r + b) : r;
 }
 
@@ -501,7 +522,7 @@ __device__ __forceinline__ T remainder(T a, T b) {
 // is 0 (INT_MIN % -1 would overflow).
 template <typename T>
 __device__ __forceinline__ T fmod(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return (b == T(0) || b == T(-1)) ? T(0) : static_cast<T>(a % b);
+  if constexpr (std::is_integral_v<T>) return (b == T(0) || b == T(-1)) ? T(0) : rem_c(a, b);
   else return fmod_exact(a, b);
 }
 

@@ -39,6 +39,23 @@ def test_integer_division_is_defined_everywhere(dtype):
     np.testing.assert_array_equal(pyew.remainder(pyew.asarray(a), t(-1)).get(), np.zeros_like(a))
 
 
+def test_int64_division_of_small_and_large_values(rng):
+    """int64 floor_divide, remainder and fmod where both operands fit 32 bits (a 32-bit division),
+    where one does not, and at the edges of int32, against numpy's."""
+    n = 1 << 16
+    small = rng.integers(-(1 << 31), 1 << 31, (2, n))
+    large = rng.integers(-(1 << 63), (1 << 63) - 1, (2, n), dtype=np.int64)
+    edges = np.array([-(1 << 31), (1 << 31) - 1, 1 << 31, -(1 << 31) - 1, -1, 1, 7, -7], np.int64)
+    e = np.stack(np.meshgrid(edges, edges)).reshape(2, -1)
+    a, b = (np.concatenate(p).astype(np.int64) for p in zip(small, large, (small[0], large[1]),
+                                                            (large[0], small[1]), e))
+    b[b == 0] = 3
+    x, y = pyew.asarray(a), pyew.asarray(b)
+    np.testing.assert_array_equal(pyew.floor_divide(x, y).get(), np.floor_divide(a, b))
+    np.testing.assert_array_equal(pyew.remainder(x, y).get(), np.remainder(a, b))
+    np.testing.assert_array_equal(pyew.fmod(x, y).get(), np.fmod(a, b))
+
+
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
