@@ -406,22 +406,20 @@ __device__ __forceinline__ T clip(T x, T lo, T hi) {
 }
 
 // C's a / b and a % b of integers (b not 0, and not -1 where a may be the most negative), through
-// 32-bit division where both 64-bit operands fit 32 bits: a 64-bit division is a long software
-// routine on the GPU, a 32-bit one a few instructions.
+// 32-bit division where both signed 64-bit operands fit 32 bits: a 64-bit division is a long
+// software routine on the GPU, a 32-bit one a few instructions.
 template <typename T>
 __device__ __forceinline__ T div_c(T a, T b) {
-  if constexpr (sizeof(T) == 8) {
-    using N = std::conditional_t<std::is_signed_v<T>, int32_t, uint32_t>;
-    if (a == T(N(a)) && b == T(N(b))) return T(N(a) / N(b));
+  if constexpr (sizeof(T) == 8 && T(-1) < T(0)) {
+    if (a == T(int32_t(a)) && b == T(int32_t(b))) return T(int32_t(a) / int32_t(b));
   }
   return static_cast<T>(a / b);
 }
 
 template <typename T>
 __device__ __forceinline__ T rem_c(T a, T b) {
-  if constexpr (sizeof(T) == 8) {
-    using N = std::conditional_t<std::is_signed_v<T>, int32_t, uint32_t>;
-    if (a == T(N(a)) && b == T(N(b))) return T(N(a) % N(b));
+  if constexpr (sizeof(T) == 8 && T(-1) < T(0)) {
+    if (a == T(int32_t(a)) && b == T(int32_t(b))) return T(int32_t(a) % int32_t(b));
   }
   return static_cast<T>(a % b);
 }
