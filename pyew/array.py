@@ -164,26 +164,29 @@ class DeviceArray:
     __slots__ = ("_buf", "ptr", "shape", "dtype", "info", "size", "__weakref__")
     __hash__ = None         # == gives an array, as numpy's and CuPy's arrays do
 
-    def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType):
+    def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType, size: int | None = None):
         self._buf = buf
         self.ptr = ptr
         self.shape = shape
         self.info = info
         self.dtype = info.np
-        size = 1
-        for s in shape:
-            size *= s
+        if size is None:
+            size = 1
+            for s in shape:
+                size *= s
         self.size = size
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def new(cls, shape, info: dt.DType, stream) -> "DeviceArray":
-        """A new array of `shape` and pyew dtype row `info`, allocated on `stream` (uninitialised)."""
-        size = 1
-        for s in shape:
-            size *= s
+    def new(cls, shape, info: dt.DType, stream, size: int | None = None) -> "DeviceArray":
+        """A new array of `shape` (of `size` elements, where the caller knows it) and pyew dtype
+        row `info`, allocated on `stream` (uninitialised)."""
+        if size is None:
+            size = 1
+            for s in shape:
+                size *= s
         buf = Buffer(size * info.itemsize, stream)
-        return cls(buf, buf.ptr, shape, info)
+        return cls(buf, buf.ptr, shape, info, size)
 
     # -- properties ---------------------------------------------------------------------------
     @property

@@ -228,9 +228,10 @@ class Plan:
     key (plan_key: the target, each array's dtype and shape, each number's type, the params)
     replays it without classifying again. Map ops and fused formulas make plans alike.
 
-    numbers(values, stream) turns the numbers of one call into what launch takes, or returns None where
-    the general path must say what is wrong with them (a value out of its dtype's range);
-    launch(out_ptr, array_ptrs, that, stream) queues the kernel."""
+    numbers(args, stream) turns the numbers of one call (at numbers_at in args) into what launch
+    takes, or returns None where the general path must say what is wrong with them (a value out of
+    its dtype's range); launch(out_ptr, args, that, stream) queues the kernel on the arrays at
+    `arrays` in args (each a DeviceArray, already marked used on the stream)."""
     __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host")
 
     def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False):
@@ -339,14 +340,13 @@ def replay(plan: Plan, args: Sequence, out, stream):
     path then raises with its message; nothing was queued or written)."""
     if plan.host:
         return _replay_host(plan, args, out, stream)
+    got = None
     if plan.numbers_at:
-        got = plan.numbers([args[i] for i in plan.numbers_at], stream)
+        got = plan.numbers(args, stream)
         if got is None:
             return None
-    else:
-        got = None
     if out is None:
-        res = DeviceArray.new(plan.shape, plan.out_info, stream)
+        res = DeviceArray.new(plan.shape, plan.out_info, stream, plan.n)
     else:
         if type(out) is not DeviceArray or out.info is not plan.out_info or out.shape != plan.shape \
                 or out.readonly or out.ordinal != stream.ordinal:
@@ -356,13 +356,10 @@ def replay(plan: Plan, args: Sequence, out, stream):
                 return None
         res = out
         out.used_on(stream)
-    ptrs = []
     for i in plan.arrays:
-        a = args[i]
-        a.used_on(stream)
-        ptrs.append(a.ptr)
+        args[i].used_on(stream)
     if plan.n:
-        plan.launch(res.ptr, ptrs, got, stream)
+        plan.launch(res.ptr, args, got, stream)
     return res
 
 

@@ -390,13 +390,13 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
         return prog.pack(values)
     packed_of = call.reuse_last(checked_and_packed)
 
-    def numbers(values, s):
-        return packed_of(values)
+    def numbers(args, s):
+        return packed_of([args[i] for i in numbers_at])
 
     n, launch_ptrs = math.prod(shape), prog.launch_ptrs
 
-    def launch(out_ptr, ptrs, packed, s):
-        launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout, n)
+    def launch(out_ptr, args, packed, s):
+        launch_ptrs([args[i].ptr for i in array_at], out_ptr, shape, s, blob if packed is None else packed, layout, n)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)
 
 

@@ -86,9 +86,12 @@ class MapOp:
         out_info, shape = kernel.out_dtype, p.shape
         if not numbers_at and all(o.shape == shape for o in p.operands):
             forward, n = kernel.entry("forward"), math.prod(shape)
-
-            def contiguous(out_ptr, ptrs, _, s):
-                library.launch(forward, (out_ptr, *ptrs, n, *pvals), s)
+            if arrays == [0, 1] and not pvals:       # the common binary call, without a loop
+                def contiguous(out_ptr, args, _, s):
+                    library.launch(forward, (out_ptr, args[0].ptr, args[1].ptr, n), s)
+            else:
+                def contiguous(out_ptr, args, _, s):
+                    library.launch(forward, (out_ptr, *[args[i].ptr for i in arrays], n, *pvals), s)
             return call.Plan(self, shape, out_info, arrays, (), None, contiguous)
         strided = kernel.entry("strided")
         shapes = call.broadcast_plan(tuple(None if o.kind == SCALAR else o.shape for o in p.operands))
@@ -97,7 +100,7 @@ class MapOp:
         _, layout, n = shapes
         infos = [(w, w.itemsize) for w in (wants[i] for i in numbers_at)]
         pack = 16 // max(max(w.itemsize for w in wants), out_info.itemsize)
-        where = [(True, arrays.index(i)) if i in arrays else (False, numbers_at.index(i)) for i in range(len(wants))]
+        where = [(i in arrays, numbers_at.index(i) if i in numbers_at else 0) for i in range(len(wants))]
         strides = list(layout)[2:] if layout[0] == 1 else None
         tail = n % pack if strides is not None and n > pack else 0
         at_layout = ctypes.addressof(layout)
@@ -111,19 +114,18 @@ class MapOp:
                 parts.append((at * out_info.itemsize, [at * w.itemsize * st for w, st in zip(wants, strides)],
                               count, ctypes.addressof(part), part))
 
-        bits_of = call.reuse_last(lambda values: [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)])
+        numbers = _numbers(numbers_at, infos)
 
-        def numbers(values, s):
-            ptrs = []
-            for bits, (_, size) in zip(bits_of(values), infos):
-                ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
-                if not ptr:
-                    return None
-                ptrs.append(ptr)
-            return ptrs
+        if not tail and not pvals and len(where) == 2:      # a row bias, x * 0.5, 2 ** x: no loops
+            (arr0, _), (arr1, _) = where
 
-        def broadcast(out_ptr, ptrs, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
-            full = [ptrs[j] if arr else nums[j] for arr, j in where] if nums else ptrs
+            def two(out_ptr, args, nums, s, _alive=layout):    # the kernel reads the layout by address
+                library.launch(strided, (out_ptr, args[0].ptr if arr0 else nums[0],
+                                         args[1].ptr if arr1 else nums[-1], n, at_layout), s)
+            return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, two)
+
+        def broadcast(out_ptr, args, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
+            full = [args[i].ptr if arr else nums[j] for i, (arr, j) in enumerate(where)]
             if tail and out_ptr % 16 == 0 and all(st == 0 or q % 16 == 0 for q, st in zip(full, strides)):
                 for out_off, offs, count, at, _ in parts:
                     library.launch(strided, (out_ptr + out_off, *[q + o for q, o in zip(full, offs)],
@@ -199,6 +201,37 @@ class MapOp:
                      "out= writes into a given array; stream= runs on a pyew.Stream.")
         lines.append(f"Reference (numpy, float64): {op.ref}")
         return "\n".join(lines)
+
+
+def _numbers(numbers_at, infos):
+    """A plan's numbers(args, stream): each number's slot on the stream's GPU (runtime.constant), or
+    None for one its dtype cannot hold. A number object seen in the last call (a loop's literal) is
+    not converted again; its slot is still looked up, since the slots belong to the runtime."""
+    if len(numbers_at) == 1:            # x * 0.5: one number, without the loops
+        (at,), ((info, size),) = numbers_at, infos
+        last = [None]
+
+        def one(args, s):
+            v, seen = args[at], last[0]
+            if seen is not None and seen[0] is v:
+                bits = seen[1]
+            else:
+                bits = weak_scalar_bits(v, info)
+                last[0] = (v, bits)
+            ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
+            return (ptr,) if ptr else None
+        return one
+    bits_of = call.reuse_last(lambda values: [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)])
+
+    def numbers(args, s):
+        ptrs = []
+        for bits, (_, size) in zip(bits_of([args[i] for i in numbers_at]), infos):
+            ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
+            if not ptr:
+                return None
+            ptrs.append(ptr)
+        return ptrs
+    return numbers
 
 
 BOUND: dict[str, MapOp] = {}     # the MapOp behind each bound function (the CPU stand-ins swap entries)
