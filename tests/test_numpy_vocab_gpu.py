@@ -94,6 +94,35 @@ def test_float_division_where_the_quotient_rounds_across_an_integer(dtype, rng):
                             f"numpy {want[bad]}")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_division_of_every_dividend(dtype, rng):
+    """floor_divide, remainder and fmod of 16-bit values, whose quotient comes from the fast division
+    and is corrected either way: every dividend (all 65,536 bit patterns) by random divisors of every
+    magnitude and sign and by the edge ones (zeros, infinities, NaN, the smallest subnormal, the
+    largest value, and for bfloat16 the edges of the fast division's range, 2^-126 and 2^126), bit for
+    bit numpy's (in float32, rounded once)."""
+    info = pyew.dtypes.BY_NAME[dtype]
+    edges = {"float16": [0x0000, 0x0001, 0x0400, 0x3C00, 0x4200, 0x7BFF, 0x7C00, 0x7E00],
+             "bfloat16": [0x0000, 0x0001, 0x0080, 0x0081, 0x3F80, 0x4040, 0x7E7F, 0x7E80, 0x7F7F, 0x7F80, 0x7FC0]}
+    edge = np.array(edges[dtype], np.uint16)
+    divisors = np.concatenate([rng.integers(0, 1 << 16, 192).astype(np.uint16), edge, edge | np.uint16(0x8000)])
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    a = np.tile(every, len(divisors)).view(info.np)
+    b = np.repeat(divisors, len(every)).view(info.np)
+    x, y = pyew.asarray(a), pyew.asarray(b)
+    for name in ("floor_divide", "remainder", "fmod"):
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(a.astype(np.float32), b.astype(np.float32)).astype(info.np)
+        out = pyew.asarray(np.full(a.shape, 0x5A5A, np.uint16).view(info.np))       # poisoned first
+        getattr(pyew, name)(x, y, out=out)
+        got = out.get()
+        same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got.astype(np.float32)) &
+                                                                  np.isnan(want.astype(np.float32)))
+        bad = np.flatnonzero(~same)[:5]
+        assert same.all(), (f"{name} {dtype}: {(~same).sum()} differ, e.g. {a[bad]} {b[bad]} -> {got[bad]}, "
+                            f"numpy {want[bad]}")
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_integer_powers(dtype):
     """Wrapping like numpy's; a negative exponent (numpy raises) gives 1 / x^|y| rounded toward zero."""
