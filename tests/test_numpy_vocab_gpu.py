@@ -96,11 +96,12 @@ def test_float_division_where_the_quotient_rounds_across_an_integer(dtype, rng):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_16bit_division_of_every_dividend(dtype, rng):
-    """floor_divide, remainder and fmod of 16-bit values, whose quotient comes from the fast division
-    and is corrected either way: every dividend (all 65,536 bit patterns) by random divisors of every
-    magnitude and sign and by the edge ones (zeros, infinities, NaN, the smallest subnormal, the
-    largest value, and for bfloat16 the edges of the fast division's range, 2^-126 and 2^126), bit for
-    bit numpy's (in float32, rounded once)."""
+    """floor_divide, remainder and fmod of 16-bit values: every dividend (all 65,536 bit patterns) by
+    random divisors of every magnitude and sign and by the edge ones (zeros, infinities, NaN, the
+    smallest subnormal, the largest value, and for bfloat16 divisors about 2^-126 and 2^126, where a
+    float's reciprocal leaves the normal range): quotients from below 2^-40 to past 2^40, across the
+    hand-over at 2^22 from fmod's fast form to the library's, bit for bit numpy's (in float32, rounded
+    once)."""
     info = pyew.dtypes.BY_NAME[dtype]
     edges = {"float16": [0x0000, 0x0001, 0x0400, 0x3C00, 0x4200, 0x7BFF, 0x7C00, 0x7E00],
              "bfloat16": [0x0000, 0x0001, 0x0080, 0x0081, 0x3F80, 0x4040, 0x7E7F, 0x7E80, 0x7F7F, 0x7F80, 0x7FC0]}
