@@ -224,6 +224,16 @@ def _check_device(index: int, stream, op, name):
         wrong_device(index, stream, op, name)
 
 
+def _over(owner, read_only: bool, index: int, ptr: int, shape, info, producer: int, stream, op, name) -> DeviceArray:
+    """A DeviceArray over memory a reader found on GPU `index` (checked against the call's), once the
+    call's stream waits for the producer's current stream `producer` (a handle)."""
+    if index != stream.ordinal:
+        wrong_device(index, stream, op, name)
+    if producer != stream.handle:
+        rt.stream_wait(stream, rt.foreign_stream(producer, index))
+    return DeviceArray(Foreign(owner, read_only, index), ptr, shape, info)
+
+
 def wrong_device(index: int, stream, op, name):
     raise ValueError(f"{op}: {name!r} is on cuda:{index}, but this call runs on cuda:{stream.ordinal} (the "
                          "device of its first GPU operand, or of stream=); the GPU arrays of one call must be on "
@@ -281,12 +291,8 @@ def _torch_reader(torch):
         if not t.is_contiguous():
             raise ValueError(f"{op}: {name!r} is a non-contiguous Tensor (shape {tuple(t.shape)}, strides "
                              f"{tuple(t.stride())}); pyew takes C-contiguous GPU arrays: pass .contiguous()")
-        if index != stream.ordinal:
-            wrong_device(index, stream, op, name)
-        producer = raw_stream(index)            # torch's current stream: its queued work on t
-        if producer != stream.handle:
-            rt.stream_wait(stream, rt.foreign_stream(producer, index))
-        return DeviceArray(Foreign(t, False, index), t.data_ptr(), tuple(t.shape), info)
+        # torch's current stream holds its queued work on t
+        return _over(t, False, index, t.data_ptr(), tuple(t.shape), info, raw_stream(index), stream, op, name)
 
     return read
 
@@ -306,12 +312,9 @@ def _cupy_reader(cupy):
             raise ValueError(f"{op}: {name!r} is a non-contiguous ndarray (shape {x.shape}, strides {x.strides}); "
                              "pyew takes C-contiguous GPU arrays: pass cupy.ascontiguousarray(x)")
         index = x.device.id
-        _check_device(index, stream, op, name)
         # CuPy's current stream of x's GPU, as its CUDA Array Interface says
         producer = (current(index) if rt.several() else current()).ptr
-        if producer != stream.handle:
-            rt.stream_wait(stream, rt.foreign_stream(producer, index))
-        return DeviceArray(Foreign(x, False, index), x.data.ptr, x.shape, info)
+        return _over(x, False, index, x.data.ptr, x.shape, info, producer, stream, op, name)
 
     return read
 
@@ -358,10 +361,6 @@ def _exchange_reader(t: type, root: str):
         if not contiguous:
             raise ValueError(f"{op}: {name!r} is a non-contiguous {type(x).__name__} (shape {shape}); pyew takes "
                              f"C-contiguous GPU arrays: pass {_contiguous_fix(x)}")
-        if index != stream.ordinal:
-            wrong_device(index, stream, op, name)
-        if producer != stream.handle:
-            rt.stream_wait(stream, rt.foreign_stream(producer, index))
-        return DeviceArray(Foreign(x, read_only, index), ptr, shape, info)
+        return _over(x, read_only, index, ptr, shape, info, producer, stream, op, name)
 
     return read
