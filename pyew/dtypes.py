@@ -80,3 +80,15 @@ def lookup(dtype) -> DType:
             _BY_NP[npd] = d
             return d
     raise KeyError(str(npd))
+
+
+def unsupported_hint(dtype) -> str:
+    """What to do about a numpy dtype pyew lacks, where something can be done: byte-swapped data
+    (from a file or another machine) converts to the native order."""
+    try:
+        npd = np.dtype(dtype)
+    except TypeError:
+        return ""
+    if not npd.isnative:
+        return f"; it is byte-swapped: pass a.astype(a.dtype.newbyteorder('=')) for {npd.newbyteorder('=').name}"
+    return ""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import difflib
-import math
 import numbers
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,16 +34,21 @@ class Var:
 
 @dataclass(frozen=True)
 class Const:
-    """A number written in the formula (baked into the kernel)."""
+    """A number written in the formula (baked into the kernel): a Python number, weakly typed, or
+    with `dtype` a numpy scalar of that dtype (pyew.fuse meeting np.float32(0.5))."""
     value: bool | int | float
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
 class Call:
-    """An op applied to its inputs; params are (name, number) pairs, sorted."""
+    """An op applied to its inputs; params are (name, number) pairs, sorted. `operator`: written as
+    Python's operator (x + y, x ** 2), which on Python numbers alone is Python's arithmetic, giving
+    a Python number (weak); a function call gives a typed result, as numpy's ufuncs do."""
     op: str
     args: tuple
     params: tuple = ()
+    operator: bool = False
 
 
 Node = Var | Const | Call
@@ -59,6 +64,12 @@ COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "g
 # numexpr's function names that differ from numpy's ufunc names
 ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "min": "minimum", "max": "maximum",
            "neg": "negative"}
+
+
+_SYMBOLS = {2: {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//", "remainder": "%",
+                "power": "**", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "less": "<",
+                "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="},
+            1: {"negative": "-", "positive": "+", "invert": "~", "logical_not": "not "}}
 
 
 def canonical(name: str) -> str:
@@ -84,7 +95,7 @@ def substitute(node, mapping: dict):
     if isinstance(node, Var):
         return mapping.get(node.name, node)
     if isinstance(node, Call):
-        return Call(node.op, tuple(substitute(a, mapping) for a in node.args), node.params)
+        return Call(node.op, tuple(substitute(a, mapping) for a in node.args), node.params, node.operator)
     return node
 
 
@@ -101,11 +112,16 @@ def calls(node) -> list[Call]:
 
 
 def text(node) -> str:
-    """The tree written back as a formula (for messages and the bench)."""
+    """The tree written back as a formula (for messages and the bench): operators as operators."""
     if isinstance(node, Var):
         return node.name
     if isinstance(node, Const):
         return repr(node.value)
+    if node.operator and not node.params:
+        if len(node.args) == 2 and node.op in _SYMBOLS[2]:
+            return f"({text(node.args[0])} {_SYMBOLS[2][node.op]} {text(node.args[1])})"
+        if len(node.args) == 1 and node.op in _SYMBOLS[1]:
+            return f"({_SYMBOLS[1][node.op]}{text(node.args[0])})"
     args = [text(a) for a in node.args] + [f"{k}={v!r}" for k, v in node.params]
     return f"{node.op}({', '.join(args)})"
 
@@ -116,6 +132,7 @@ def _where(expr: str, node: ast.AST) -> str:
     col = getattr(node, "col_offset", None)
     if col is None:
         return ""
+    col = len(expr.encode()[:col].decode(errors="ignore"))      # ast counts UTF-8 bytes
     return f"\n    {expr}\n    {' ' * col}^"
 
 
@@ -126,11 +143,14 @@ def parse(expr: str, callables) -> Node:
         raise TypeError(f"a formula is a string, not {type(expr).__name__}")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
+        return _Parser(expr.strip(), frozenset(callables)).visit(tree.body)
     except SyntaxError as e:
         col = (e.offset or 1) - 1
         raise FormulaError(f"syntax error in formula at column {col + 1}: {e.msg}\n    {expr.strip()}\n    "
                            f"{' ' * col}^") from None
-    return _Parser(expr.strip(), frozenset(callables)).visit(tree.body)
+    except (RecursionError, MemoryError):
+        raise FormulaError(f"formula nests too deeply to parse ({len(expr)} characters); split it into "
+                           "smaller formulas") from None
 
 
 class _Parser:
@@ -160,14 +180,14 @@ class _Parser:
             left, right = self.visit(node.left), self.visit(node.right)
             if isinstance(left, Const) and isinstance(right, Const):
                 return fold(node.op, left.value, right.value, lambda: self.refuse(node, "this constant arithmetic"))
-            if isinstance(node.op, ast.Pow):
-                return power(left, right, lambda: self.refuse(node, "a power with a non-constant exponent"))
-            return Call(BINARY[type(node.op)], (left, right))
+            if isinstance(node.op, ast.Pow) and not isinstance(right, Const):
+                self.refuse(node, "a power with a non-constant exponent")
+            return Call(BINARY[type(node.op)], (left, right), operator=True)
         if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
             operand = self.visit(node.operand)
-            if isinstance(node.op, ast.USub) and isinstance(operand, Const) and not isinstance(operand.value, bool):
-                return Const(-operand.value)
-            return Call(UNARY[type(node.op)], (operand,))
+            if isinstance(operand, Const):
+                return fold_unary(node.op, operand.value, lambda: self.refuse(node, "this constant arithmetic"))
+            return Call(UNARY[type(node.op)], (operand,), operator=True)
         if isinstance(node, ast.Compare):
             parts = []
             left = self.visit(node.left)
@@ -175,11 +195,11 @@ class _Parser:
                 if type(op) not in COMPARE:
                     self.refuse(node, f"the comparison {type(op).__name__}")
                 right = self.visit(right_node)
-                parts.append(Call(COMPARE[type(op)], (left, right)))
+                parts.append(Call(COMPARE[type(op)], (left, right), operator=True))
                 left = right
             out = parts[0]
             for p in parts[1:]:
-                out = Call("logical_and", (out, p))
+                out = Call("logical_and", (out, p), operator=True)
             return out
         if isinstance(node, ast.BoolOp):
             name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
@@ -227,27 +247,53 @@ def fold(op, a, b, refuse) -> Const:
         v = _FOLD[type(op)](a, b)
     except (ArithmeticError, TypeError, ValueError):
         refuse()
+    return _folded(v, refuse)
+
+
+def fold_unary(op, a, refuse) -> Const:
+    """-c, +c, ~c and not c of a number of the formula, by Python."""
+    try:
+        v = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+             ast.Not: operator.not_}[type(op)](a)
+    except (ArithmeticError, TypeError, ValueError):
+        refuse()
+    return _folded(v, refuse)
+
+
+def _folded(v, refuse) -> Const:
     if isinstance(v, complex) or (isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1 << 64):
         refuse()
     return Const(v)
 
 
+# Python's arithmetic of the operators, by the ufunc name the tree gives each: what a formula's
+# operators compute on Python numbers alone (fused.py evaluates such parts on the host).
+PYTHON_OPS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "divide": operator.truediv,
+              "true_divide": operator.truediv, "floor_divide": operator.floordiv, "remainder": operator.mod,
+              "power": operator.pow, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
+              "bitwise_xor": operator.xor, "left_shift": operator.lshift, "right_shift": operator.rshift,
+              "negative": operator.neg, "positive": operator.pos, "invert": operator.invert,
+              "logical_not": operator.not_, "logical_and": lambda a, b: bool(a and b), "less": operator.lt,
+              "less_equal": operator.le, "greater": operator.gt, "greater_equal": operator.ge, "equal": operator.eq,
+              "not_equal": operator.ne, "reciprocal": lambda a: 1 / a, "sqrt": lambda a: a ** 0.5}
+
+
+def python_value(node, env: dict):
+    """A tree of operators over Python numbers (Consts, and Vars given in env) as Python computes
+    it; its errors (ZeroDivisionError, OverflowError) are Python's."""
+    if isinstance(node, Const):
+        return node.value
+    if isinstance(node, Var):
+        return env[node.name]
+    return PYTHON_OPS[node.op](*[python_value(a, env) for a in node.args])
+
+
 def power(base, exponent, refuse) -> Node:
-    """x ** c as numexpr does: small integer constants as multiplications (exact, and as fast as
-    the float path), 0.5 as sqrt, -1 as reciprocal, other constants through power."""
+    """x ** c: the exponent must be a number of the formula (numexpr's rule). How it runs (small
+    integer powers as multiplications, 0.5 as sqrt) depends on x's dtype: fused.py decides."""
     if not isinstance(exponent, Const):
         refuse()
-    c = exponent.value
-    if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and float(c).is_integer() \
-            and 1 <= abs(c) <= 4 and not isinstance(base, Const):
-        n = int(abs(c))
-        out = base
-        for _ in range(n - 1):
-            out = Call("multiply", (out, base))
-        return out if c > 0 else Call("reciprocal", (out,))
-    if c == 0.5 and not isinstance(base, Const):
-        return Call("sqrt", (base,))
-    return Call("power", (base, exponent))
+    return Call("power", (base, exponent), operator=True)
 
 
 # ---- tracing Python functions (pyew.fuse) ----------------------------------------------------------
@@ -278,7 +324,9 @@ class Traced:
 def node_of(v) -> Node:
     if isinstance(v, Traced):
         return v.node
-    if isinstance(v, (bool, np.bool_)):
+    if isinstance(v, np.generic) and isinstance(v, (np.number, np.bool_)):      # typed, as numpy has it
+        return Const(v.item(), v.dtype.name)
+    if isinstance(v, bool):
         return Const(bool(v))
     if isinstance(v, numbers.Integral):
         return Const(int(v))
@@ -308,19 +356,22 @@ def _binary(name, reflected=False):
             o = node_of(other)
         except TypeError:
             return NotImplemented
-        return Traced(Call(name, (o, self.node) if reflected else (self.node, o)))
+        return Traced(Call(name, (o, self.node) if reflected else (self.node, o), operator=True))
     return f
 
 
 def _unary(name):
-    return lambda self: Traced(Call(name, (self.node,)))
+    return lambda self: Traced(Call(name, (self.node,), operator=True))
 
 
 def _power(self, other, mod=None):
     if mod is not None:
         return NotImplemented
-    o = node_of(other)
-    return Traced(power(self.node, o, lambda: None) if isinstance(o, Const) else Call("power", (self.node, o)))
+    try:
+        o = node_of(other)
+    except TypeError:
+        return NotImplemented
+    return Traced(Call("power", (self.node, o), operator=True))
 
 
 Traced.__hash__ = None

@@ -31,7 +31,17 @@ from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray
 from .formula import Call, Const, FormulaError, Var
-from .operands import DEVICE, SCALAR, Operand, broadcast_shape, classify, kernel_dtype, result_dtype, scalar_value
+from .operands import (
+    DEVICE,
+    SCALAR,
+    Operand,
+    broadcast_shape,
+    classify,
+    kernel_dtype,
+    numpy_name,
+    result_dtype,
+    scalar_value,
+)
 
 # ---- the vocabulary -------------------------------------------------------------------------------
 
@@ -89,13 +99,16 @@ def _literal(v, info: dt.DType) -> str:
     if info.kind == "int" or isinstance(v, (bool, np.bool_)):
         return f"static_cast<{info.compute}>({int(v)}LL)"
     f = float(v)
-    if math.isnan(f):
-        lit = "__builtin_nan(\"\")"
-    elif math.isinf(f):
-        lit = "__builtin_huge_val()" if f > 0 else "(-__builtin_huge_val())"
-    else:
+    if math.isfinite(f):
         lit = f.hex()
+    else:   # NaN (its sign kept) and the infinities by their bits: C++ has no literal for them
+        lit = f"__longlong_as_double({struct.unpack('<q', struct.pack('<d', f))[0]}LL)"
     return f"static_cast<{info.compute}>({lit})"
+
+
+# values of the call's numbers by type, to learn the type of Python's result for parts of a formula
+# made of them (a part undefined at one, such as 1 / (a - 3), is tried at the next)
+_SAMPLES = ({bool: True, int: 3, float: 2.5}, {bool: False, int: 7, float: 0.37}, {bool: True, int: -5, float: -9.1})
 
 
 def _is_float(a: Arg) -> bool:
@@ -115,6 +128,9 @@ class Program:
         self.scalars = [a for a in args if not a.array]
         if not self.arrays:
             raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
+        if len(self.arrays) > jit.MAX_ARRAYS:
+            raise FormulaError(f"formula {text!r} has {len(self.arrays)} array operands; a fused kernel takes at most "
+                               f"{jit.MAX_ARRAYS}: split it into formulas of fewer arrays")
         self._index = {a.name: i for i, a in enumerate(self.arrays)}
         self._param = {a.name: i for i, a in enumerate(self.scalars)}
         self._by_name = {a.name: a for a in args}
@@ -122,6 +138,9 @@ class Program:
         self.uses: list[tuple[int, dt.DType, str]] = []   # (scalar operand, dtype it converts to, op)
         self.ops: set[str] = set()
         self.compute = False
+        self.given = len(self.scalars)      # the call's numbers; parts computed from them follow (derived)
+        self.derived: list[Call] = []
+        self._typed: dict[int, tuple] = {}   # id(node) -> (node, its value): a node used twice is typed once
         self._tmp = 0
         info, expr = self._node(tree, root=True)
         if info is None or isinstance(expr, tuple):
@@ -152,15 +171,111 @@ class Program:
     # type of their result's dtype.
     def _node(self, n, root=False):
         if isinstance(n, Const):
-            return None, n.value
+            if n.dtype is None:
+                return None, n.value
+            try:
+                info = dt.lookup(n.dtype)
+            except (KeyError, TypeError):
+                raise FormulaError(f"formula {self.text!r} holds a numpy {n.dtype} number, a dtype pyew does not "
+                                   "support") from None
+            return info, _literal(n.value, info)
         if isinstance(n, Var):
             a = self._by_name[n.name]
             if a.array:
                 return a.info, f"a{self._index[n.name]}"
             return a.info, ("param", self._param[n.name], a)
-        return self._call(n, root)
+        hit = self._typed.get(id(n))
+        if hit is None:
+            hit = self._typed[id(n)] = (n, self._call(n, root))
+        return hit[1]
+
+    def _weak(self, n: Call):
+        """Operators over Python numbers alone: Python's arithmetic, whose result is a Python number
+        (weak, NEP 50), not a float64 or int64 that would promote the formula. Numbers of the
+        formula alone fold now; with the call's numbers, the part is computed on the host for each
+        call and passed to the kernel as one more number (derived)."""
+        weak = [a for a in self.scalars[:self.given] if a.info is None]
+        sample, error = None, None
+        for values in _SAMPLES:              # the result's type follows the operands' types alone
+            try:
+                sample = formula.python_value(n, {a.name: values[a.pytype] for a in weak})
+                break
+            except (ArithmeticError, ValueError, TypeError) as e:
+                error = e
+        if sample is None:
+            raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} fails in Python: {error}") from None
+        if not isinstance(sample, (bool, int, float)):
+            raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} is not a real number in Python")
+        if not formula.variables(n):
+            return None, sample              # numbers of the formula: folded
+        arg = Arg(formula.text(n), False, None, type(sample))
+        self.scalars.append(arg)
+        self.derived.append(n)
+        return None, ("param", len(self.scalars) - 1, arg)
+
+    def _power(self, n: Call, base_info: dt.DType):
+        """x ** c (c a Python number of the formula) as numexpr computes it where numpy's result is
+        the same: c of 1..4 as multiplications of x or, for floats, -1..-4 of 1/x, 0.5 as sqrt;
+        anything else through power. An int x takes an int c as such (int ** 2 is an int), a
+        float c in float64 (numpy's int ** 2.0); int ** a negative int is numpy's error."""
+        base, c = n.args[0], n.args[1].value
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or base_info.kind not in ("int", "float"):
+            return None
+        if base_info.kind == "int" and isinstance(c, float):
+            # numpy: int ** 2.0 is float64 ** 2.0, whose special exponents it computes exactly so
+            if "to_float64" not in vocabulary() or not (c == 0.5 or (float(c).is_integer() and 1 <= abs(c) <= 4)):
+                return None
+            base, base_info = Call("to_float64", (base,)), dt.BY_NAME["float64"]
+        if base_info.kind == "int":
+            if c < 0:
+                raise FormulaError(f"in formula {self.text!r}: {formula.text(base)} is an integer array, and "
+                                   f"integers to negative integer powers are not allowed (numpy's rule); write "
+                                   f"** {float(c)!r} for a float result")
+        elif c == 0.5:
+            return Call("sqrt", (base,), operator=True)
+        if not (math.isfinite(c) and float(c).is_integer() and 1 <= abs(c) <= 4):
+            return None
+        factor = base if c > 0 else Call("reciprocal", (base,), operator=True)
+        out = factor
+        for _ in range(int(abs(c)) - 1):
+            out = Call("multiply", (out, factor), operator=True)
+        return out
+
+    def complete(self, values) -> list:
+        """The call's numbers followed by the parts computed from them (see _weak)."""
+        values = list(values)
+        if self.derived:
+            env = {a.name: v for a, v in zip(self.scalars, values)}
+            for n in self.derived:
+                try:
+                    values.append(formula.python_value(n, env))
+                except (ArithmeticError, ValueError) as e:
+                    raise type(e)(f"in formula {self.text!r}: {formula.text(n)}: {e}") from None
+        return values
+
+    def packed(self, values) -> ctypes.Array:
+        """The functor's bytes for a call's numbers, each checked against the dtypes it meets."""
+        values = self.complete(values)
+        self.check_scalars(values)
+        return self.pack(values)
+
+    def _weak_only(self, n) -> bool:
+        """Whether n is Python's operators over Python numbers alone (the call's and the formula's)."""
+        if isinstance(n, Const):
+            return n.dtype is None
+        if isinstance(n, Var):
+            a = self._by_name[n.name]
+            return not a.array and a.info is None
+        return n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(self._weak_only, n.args))
 
     def _call(self, n: Call, root: bool):
+        if self._weak_only(n):
+            return self._weak(n)
+        if n.operator and n.op == "power" and isinstance(n.args[1], Const) and n.args[1].dtype is None:
+            base_info, _ = self._node(n.args[0])
+            rewritten = self._power(n, base_info) if base_info is not None else None
+            if rewritten is not None:
+                return self._node(rewritten, root)
         vocab = vocabulary()
         op = vocab.get(n.op)
         if op is None:
@@ -186,7 +301,7 @@ class Program:
                 operands.append(Operand(name, DEVICE, None, info, ()))
         try:
             result = result_dtype(operands, n.op) if operands else np.dtype(np.float64)
-            kd = kernel_dtype(result, op.dtypes, n.op)
+            kd = kernel_dtype(result, op.dtypes, n.op, numpy_name(op))
         except TypeError as e:
             raise FormulaError(f"in formula {self.text!r}: {e}") from None
         kernel = op.kernel(kd)
@@ -202,6 +317,8 @@ class Program:
             v = given.get(p.name, p.default)
             if v is None:
                 raise FormulaError(f"{n.op}() needs param {p.name!r} in formula {self.text!r}")
+            if p.type != "float" and (isinstance(v, bool) or int(v) != v):
+                raise FormulaError(f"{n.op}() takes an integer for param {p.name!r}, not {v!r} (formula {self.text!r})")
             args.append(_literal(v, kd) if p.type == "float" else f"static_cast<::int64_t>({int(v)}LL)")
         r = out.ctype if (root or out is not kd) else out.compute
         call_ = f"::ewf::{op.name}_fn<{r}>{{}}({', '.join(args)})"
@@ -354,8 +471,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     prog = program(tree, args, text)
     arrays = [o for o in operands if o.kind != SCALAR]
     scalars = [o.value.item() if isinstance(o.value, np.generic) else o.value for o in operands if o.kind == SCALAR]
-    prog.check_scalars(scalars)
-    blob = prog.pack(scalars)
+    blob = prog.packed(scalars)
     shape = broadcast_shape(arrays, text)
     device = any(o.kind == DEVICE for o in arrays)
     o = call.check_out(out, device, shape, prog.out, text, s)
@@ -385,10 +501,7 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
     ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
-    def checked_and_packed(values):
-        prog.check_scalars(values)
-        return prog.pack(values)
-    packed_of = call.reuse_last(checked_and_packed)
+    packed_of = call.reuse_last(prog.packed)
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
@@ -418,9 +531,12 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
 
     def ev(n):
         if isinstance(n, Const):
-            return n.value
+            return n.value if n.dtype is None else np.dtype(n.dtype).type(n.value)
         if isinstance(n, Var):
             return dev[n.name]
+        args = [ev(a) for a in n.args]
+        if n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(_python_number, args)):
+            return formula.PYTHON_OPS[n.op](*args)        # Python's arithmetic, as in the kernel (Program._weak)
         op = vocab.get(n.op)
         if op is None:
             raise FormulaError(f"formula {text!r} uses {n.op!r}, which the loaded library has no op for")
@@ -428,7 +544,7 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
         if fn is None:
             raise FormulaError(f"formula {text!r} uses {n.op!r}, an op of {op.source} loaded by pyew.load_spec, "
                                f"which runs only compiled: {why}")
-        return fn(*[ev(a) for a in n.args], **dict(n.params), stream=stream)
+        return fn(*args, **dict(n.params), stream=stream)
 
     r = ev(tree)
     if not isinstance(r, DeviceArray):
@@ -457,12 +573,10 @@ def parse(expr: str):
 
 
 def lookup_names(expr: str, names, local_dict, global_dict, frame) -> dict:
-    """The formula's operands by name: from local_dict, then global_dict; where both are None, from
-    `frame` (its locals, then its globals), as numexpr does."""
-    if local_dict is None and global_dict is None:
-        scopes = (frame.f_locals, frame.f_globals)
-    else:
-        scopes = tuple(d for d in (local_dict, global_dict) if d is not None)
+    """The formula's operands by name: from local_dict, then global_dict, as numexpr does: either
+    one not given is `frame`'s own (its locals, its globals)."""
+    scopes = (frame.f_locals if local_dict is None else local_dict,
+              frame.f_globals if global_dict is None else global_dict)
     values = {}
     for n in names:
         for sc in scopes:
@@ -480,8 +594,8 @@ def lookup_names(expr: str, names, local_dict, global_dict, frame) -> dict:
 def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None, *, out=None, stream=None):
     """Evaluate a formula over arrays as one GPU kernel, as numexpr.evaluate does on the CPU.
 
-    Names are looked up in local_dict, then global_dict; where both are None, in the caller's
-    frame (its locals, then its globals), as numexpr does. Operands may be numpy arrays (streamed
+    Names are looked up in local_dict, then global_dict, as numexpr does: either one not given
+    is the caller's (its locals, its globals). Operands may be numpy arrays (streamed
     through the GPU once; the result is numpy), GPU arrays (pyew's DeviceArray, torch, CuPy, ...:
     the result is a DeviceArray) and numbers. `out=` receives the result (its dtype and shape must
     be the result's); `stream=` runs it on a pyew.Stream.
@@ -508,10 +622,10 @@ class Fused:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         values = dict(bound.arguments)
-        key = tuple((k, _kind_of(v)) for k, v in values.items())
+        key = tuple((k, _kind_of(k, v)) for k, v in values.items())
         traced = self.trees.get(key)
         if traced is None:
-            proxies = {k: formula.Traced(Var(k)) if not isinstance(v, (str, bytes)) else v for k, v in values.items()}
+            proxies = {k: formula.Traced(Var(k)) if _operand(v) else v for k, v in values.items()}
             r = self.fn(**proxies)
             if not isinstance(r, formula.Traced):
                 raise TypeError(f"pyew.fuse: {self.fn.__name__} must return a value computed from its arguments, "
@@ -522,11 +636,28 @@ class Fused:
         return run(tree, {k: values[k] for k in used}, text, out=out, stream=stream, names=used)
 
 
-def _kind_of(v):
-    if isinstance(v, (bool, int, float)):
+def _operand(v) -> bool:
+    """An argument pyew.fuse traces as an operand: an array (with a dtype) or a number. Anything
+    else (a string, None, a flag) is passed to the function as it is while tracing."""
+    return isinstance(v, (bool, int, float, np.generic)) or getattr(v, "dtype", None) is not None
+
+
+def _kind_of(name: str, v):
+    """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
+    if isinstance(v, (bool, int, float)) and not isinstance(v, np.generic):
         return type(v)
-    d = getattr(v, "dtype", None)
-    return str(d) if d is not None else type(v)
+    if _operand(v):
+        return str(v.dtype)
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(f"pyew.fuse: argument {name!r} is a {type(v).__name__}, neither an array nor a number; "
+                        "such arguments select what is traced and must be hashable") from None
+    return ("value", type(v), v)
+
+
+def _python_number(v) -> bool:
+    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
 
 
 def fuse(fn=None):

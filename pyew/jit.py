@@ -32,8 +32,9 @@ from pathlib import Path
 
 from . import library, specs
 
-MAGIC = b"PYEWJIT1"
+MAGIC = b"PYEWJIT2"
 OPTIONS = ("-std=c++17", "-default-device")
+MAX_ARRAYS = 12                # a formula's array operands: libew/jit.cu's kMaxJitInputs
 NEED = 11                      # ew_jit_map's description of a missing kernel: see libew/jit.cu
 MISSING = -1
 TEMPLATES = ("ew::map_kernel", "ew::map_shifted_kernel", "ew::bcast_pack_kernel", "ew::strided_elem_kernel")
@@ -162,11 +163,16 @@ def compile_cubin(source: str, name_expression: str, arch: str, include: list[st
             m.nvrtcGetProgramLog(prog, log)
             errors = [ln for ln in log.decode(errors="replace").splitlines() if "error" in ln]
             first = errors[0].split("error:", 1)[-1].strip() if errors else "see PYEW_JIT_LOG"
+            kept = "set PYEW_JIT_LOG=<file> to keep the source and log"
             if os.environ.get("PYEW_JIT_LOG"):
                 text = log.decode(errors="replace")
-                Path(os.environ["PYEW_JIT_LOG"]).write_text(f"{source}\n/* NVRTC log:\n{text}*/\n")
+                try:
+                    Path(os.environ["PYEW_JIT_LOG"]).write_text(f"{source}\n/* NVRTC log:\n{text}*/\n")
+                    kept = f"source and log in {os.environ['PYEW_JIT_LOG']}"
+                except OSError as e:
+                    kept = f"PYEW_JIT_LOG could not be written: {e}"
             raise CompileError(f"NVRTC could not compile the kernel of formula {formula!r}: {first} "
-                               f"({len(errors)} error(s); set PYEW_JIT_LOG=<file> to keep the source and log)")
+                               f"({len(errors)} error(s); {kept})")
         err, size = m.nvrtcGetCUBINSize(prog)
         _ok(err, "nvrtcGetCUBINSize", formula)
         cubin = b" " * size
@@ -323,17 +329,19 @@ STATS = {"compiled": 0, "disk": 0, "memory": 0}
 
 def _pack(name: str, cubin: bytes) -> bytes:
     n = name.encode()
-    return MAGIC + struct.pack("<II", len(n), len(cubin)) + n + cubin
+    body = struct.pack("<II", len(n), len(cubin)) + n + cubin
+    return MAGIC + hashlib.sha256(body).digest() + body
 
 
 def _unpack(blob: bytes) -> tuple[str, bytes] | None:
-    """An entry read back, or None where it is not whole (then it is compiled again)."""
+    """An entry read back, or None where it is not whole or not as written (then it is compiled
+    again): its digest covers every byte after it."""
     try:
-        if blob[:8] != MAGIC:
+        if blob[:8] != MAGIC or hashlib.sha256(blob[40:]).digest() != blob[8:40]:
             return None
-        ln, lc = struct.unpack_from("<II", blob, 8)
-        name = blob[16:16 + ln].decode()
-        cubin = blob[16 + ln:]
+        ln, lc = struct.unpack_from("<II", blob, 40)
+        name = blob[48:48 + ln].decode()
+        cubin = blob[48 + ln:]
         if len(cubin) != lc or cubin[:4] != b"\x7fELF":
             return None
         return name, bytes(cubin)
@@ -404,22 +412,50 @@ def clear_memory() -> None:
         _memory.clear()
 
 
+_ENTRY = re.compile(r"[0-9a-f]{64}")
+
+
+def _cache_files(path: Path, partial: bool = False) -> list[Path]:
+    """The files pyew wrote under a cache folder: its entries (<2 hex>/<64 hex>), with `partial`
+    also the temporary files of writes cut short and the toolchain records. Nothing else there is
+    pyew's to count or delete (PYEW_CACHE_DIR may name a folder that holds other files)."""
+    if not path.is_dir():
+        return []
+    out = []
+    for p in path.glob("??/*"):
+        if p.is_file() and p.parent.name == p.name[:2] and _ENTRY.fullmatch(p.name):
+            out.append(p)
+        elif partial and p.is_file() and p.name.startswith(".tmp-"):
+            out.append(p)
+    if partial:
+        out += [p for p in path.glob("toolchain-*") if p.is_file()]
+        out += [p for p in path.glob(".tmp-*") if p.is_file()]
+        for d in path.glob("specs/*"):      # the headers of spec files pyew.load_spec compiled
+            if d.is_dir() and re.fullmatch(r"[0-9a-f]{24}", d.name):
+                out += [p for p in d.rglob("*") if p.is_file()]
+    return out
+
+
 def cache_info() -> dict:
     path = cache_dir()
-    files = [p for p in path.glob("*/*") if p.is_file() and not p.name.startswith(".tmp-")] if path.is_dir() else []
+    files = _cache_files(path)
     return {"path": str(path), "entries": len(files), "bytes": sum(p.stat().st_size for p in files),
             "in_memory": len(_memory), **STATS}
 
 
 def cache_clear() -> int:
-    """Delete the disk cache's entries; returns how many files went."""
+    """Delete the disk cache's entries (and pyew's records and leftover temporary files there, not
+    other files); returns how many files went."""
     path = cache_dir()
     n = 0
-    if path.is_dir():
-        for p in sorted(path.rglob("*"), reverse=True):
-            if p.is_file():
-                p.unlink(missing_ok=True)
-                n += 1
+    for p in _cache_files(path, partial=True):
+        p.unlink(missing_ok=True)
+        n += 1
+    folders = [*path.glob("??"), *sorted(path.glob("specs/**/"), reverse=True)] if path.is_dir() else []
+    for d in folders:
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    _recorded.clear()
     clear_memory()
     return n
 

@@ -36,14 +36,14 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
         if a.ordinal != stream.ordinal:
             interop.wrong_device(a.ordinal, stream, op, name)
         return Operand(name, DEVICE, a, a.info, a.shape)
+    if isinstance(a, np.generic):     # before Python's numbers: np.float64 is a float, but typed
+        if not scalars:
+            raise TypeError(f"{op}: {name} must be an array, not a scalar")
+        return Operand(name, SCALAR, a, _info(a.dtype, op, name), ())
     if isinstance(a, (bool, int, float, complex)):
         if not scalars:
             raise TypeError(f"{op}: {name} must be an array, not a scalar")
         return Operand(name, SCALAR, a, None, ())
-    if isinstance(a, np.generic):
-        if not scalars:
-            raise TypeError(f"{op}: {name} must be an array, not a scalar")
-        return Operand(name, SCALAR, a, _info(a.dtype, op, name), ())
     if not isinstance(a, np.ndarray):
         d = interop.import_device(a, stream, op, name)
         if d is not None:
@@ -65,7 +65,7 @@ def _info(npd, op: str, name: str) -> dt.DType:
         return dt.lookup(npd)
     except (KeyError, TypeError):
         raise TypeError(f"{op}: input {name!r} has dtype {npd}, which pyew does not support "
-                        f"(it knows {', '.join(d.name for d in dt.TABLE)})") from None
+                        f"(it knows {', '.join(d.name for d in dt.TABLE)}){dt.unsupported_hint(npd)}") from None
 
 
 # ---- promotion ------------------------------------------------------------------------------------
@@ -91,21 +91,52 @@ def result_dtype(operands: list[Operand], op: str) -> np.dtype:
                         "convert them with .astype() first") from None
 
 
-def kernel_dtype(result: np.dtype, have: tuple[dt.DType, ...], op: str) -> dt.DType:
+def kernel_dtype(result: np.dtype, have: tuple[dt.DType, ...], op: str, ufunc: str | None = None) -> dt.DType:
     """The dtype of the kernel that runs: the result dtype if the op has it, else, as numpy picks a
     ufunc loop, the smallest of the op's dtypes the result casts to safely (sigmoid of int32
-    runs in float64)."""
+    runs in float64). An op that is numpy's `ufunc` takes numpy's own loop for the result dtype
+    first (or its refusal: numpy has no subtract of bools; bool floor_divide runs in int8, so in
+    the smallest int kernel), then the nearest kernel of that loop's kind."""
     try:
         info = dt.lookup(result)
     except (KeyError, TypeError):
         info = None
     if info is not None and info in have:
         return info
+    if ufunc is not None and result.kind in "biu":      # floats: the rule below is numpy's
+        result = _numpy_loop(result, ufunc, op)
+        info = next((d for d in have if d.np == result), None)
+        if info is not None:
+            return info
     fits = [d for d in have if np.can_cast(result, d.np, "safe")]
     if not fits:
         raise TypeError(f"{op} has no kernel for {result} inputs (its dtypes: {', '.join(d.name for d in have)}); "
                         "convert the inputs with .astype() first")
-    return min(fits, key=lambda d: (d.itemsize, have.index(d)))
+    return min(fits, key=lambda d: (d.kind != _KIND.get(result.kind), d.itemsize, have.index(d)))
+
+
+_KIND = {"b": "bool", "i": "int", "u": "int", "f": "float"}
+
+
+def numpy_name(op) -> str:
+    """The numpy ufunc an op implements, by its spec's `ufunc` or its own name (a name that is no
+    numpy ufunc, such as gelu, leaves numpy's loops out of its kernel choice)."""
+    return getattr(op, "ufunc", None) or op.name
+
+
+@functools.lru_cache(maxsize=256)
+def _numpy_loop(result: np.dtype, ufunc: str, op: str) -> np.dtype:
+    """The input dtype of numpy's loop of `ufunc` for inputs of `result` (numpy's own refusal as a
+    TypeError naming the op); `result` itself where numpy has no such ufunc or cannot say."""
+    uf = getattr(np, ufunc, None)
+    if not isinstance(uf, np.ufunc) or uf.nout != 1:
+        return result
+    try:
+        return np.dtype(uf.resolve_dtypes((result,) * uf.nin + (None,))[0])
+    except TypeError as e:              # numpy has no loop: no negative or subtract of bools
+        raise TypeError(f"{op}: numpy's {ufunc} refuses {result} inputs ({e})") from None
+    except Exception:                    # a dtype numpy's resolver does not know (bfloat16)
+        return result
 
 
 def op_dtype(op, operands: list[Operand]) -> dt.DType:
@@ -119,7 +150,7 @@ def op_dtype(op, operands: list[Operand]) -> dt.DType:
         result = first.np
     else:
         result = result_dtype(free, op.name)
-    return kernel_dtype(result, op.dtypes, op.name)
+    return kernel_dtype(result, op.dtypes, op.name, numpy_name(op))
 
 
 def scalar_value(o: Operand, info: dt.DType, op: str):

@@ -15,35 +15,48 @@ def parse(expr):
     return formula.parse(expr, FUNCS)
 
 
+def Op(name, *args):
+    """A node written as Python's operator."""
+    return Call(name, args, operator=True)
+
+
 def test_arithmetic_and_precedence():
-    assert parse("x * w + b") == Call("add", (Call("multiply", (Var("x"), Var("w"))), Var("b")))
-    assert parse("-x // 2 % y") == Call("remainder", (Call("floor_divide", (Call("negative", (Var("x"),)),
-                                                                             Const(2))), Var("y")))
+    assert parse("x * w + b") == Op("add", Op("multiply", Var("x"), Var("w")), Var("b"))
+    assert parse("-x // 2 % y") == Op("remainder", Op("floor_divide", Op("negative", Var("x")), Const(2)), Var("y"))
     assert parse("-3.5") == Const(-3.5)
 
 
-def test_constant_powers_expand_as_numexpr_does():
-    assert parse("x ** 2") == Call("multiply", (Var("x"), Var("x")))
-    assert parse("x ** 3") == Call("multiply", (Call("multiply", (Var("x"), Var("x"))), Var("x")))
-    assert parse("x ** -1") == Call("reciprocal", (Var("x"),))
-    assert parse("x ** 0.5") == Call("sqrt", (Var("x"),))
-    assert parse("x ** 2.5") == Call("power", (Var("x"), Const(2.5)))
+def test_operators_on_numbers_fold_as_python_computes_them():
+    assert parse("+2") == Const(2) and parse("~5") == Const(-6) and parse("-True") == Const(-1)
+    assert parse("x * (1 - 0.25)") == Op("multiply", Var("x"), Const(0.75))
+    with pytest.raises(FormulaError, match="constant arithmetic"):
+        parse("x + 1 / 0")
+
+
+def test_constant_powers_stay_powers_until_the_base_dtype_is_known():
+    assert parse("x ** 2") == Op("power", Var("x"), Const(2))
+    assert parse("x ** -1.0") == Op("power", Var("x"), Const(-1.0))
     with pytest.raises(FormulaError, match="non-constant exponent"):
         parse("x ** y")
 
 
 def test_comparisons_chain_and_logic():
-    assert parse("0 < x < 1") == Call("logical_and", (Call("less", (Const(0), Var("x"))),
-                                                      Call("less", (Var("x"), Const(1)))))
-    assert parse("(x > 0) & ~m") == Call("bitwise_and", (Call("greater", (Var("x"), Const(0))),
-                                                        Call("invert", (Var("m"),))))
+    assert parse("0 < x < 1") == Op("logical_and", Op("less", Const(0), Var("x")), Op("less", Var("x"), Const(1)))
+    assert parse("(x > 0) & ~m") == Op("bitwise_and", Op("greater", Var("x"), Const(0)), Op("invert", Var("m")))
+
+
+def test_operators_on_numbers_compute_in_python():
+    assert formula.python_value(parse("1 - a * 2"), {"a": 0.25}) == 0.5
+    assert formula.python_value(parse("n // 2 + (n > 3)"), {"n": 7}) == 4
+    with pytest.raises(ZeroDivisionError):
+        formula.python_value(parse("1 / a"), {"a": 0})
 
 
 def test_calls_aliases_and_params():
     assert parse("abs(x)") == Call("absolute", (Var("x"),))
     assert parse("where(x > 0, x, a * expm1(x))").op == "where"
     assert parse("elu(x, alpha=0.5)") == Call("elu", (Var("x"),), (("alpha", 0.5),))
-    assert parse("x + inf") == Call("add", (Var("x"), Const(float("inf"))))
+    assert parse("x + inf") == Op("add", Var("x"), Const(float("inf")))
     assert formula.variables(parse("where(x > 0, x, a * expm1(x))")) == ["x", "a"]
 
 
@@ -51,6 +64,14 @@ def test_syntax_error_points_at_the_column():
     with pytest.raises(FormulaError) as e:
         parse("x * (w + ")
     assert "column" in str(e.value) and "^" in str(e.value)
+    with pytest.raises(FormulaError) as e:       # the caret counts characters, not UTF-8 bytes
+        parse("é + x.real")
+    assert str(e.value).splitlines()[2] == "    " + " " * 4 + "^"
+
+
+def test_deep_nesting_is_a_formula_error():
+    with pytest.raises(FormulaError, match="nests too deeply"):
+        parse("-" * 100000 + "x")
 
 
 def test_unknown_function_lists_close_names():
@@ -80,11 +101,12 @@ def test_tracing_builds_the_same_tree():
     import pyew.ufuncs  # noqa: F401  (hands DeviceArray's operators to the tracer)
     x, w = formula.Traced(Var("x")), formula.Traced(Var("w"))
     r = 2 * x * w + 1.0
-    assert r.node == Call("add", (Call("multiply", (Call("multiply", (Const(2), Var("x"))), Var("w"))), Const(1.0)))
-    assert (x ** 2).node == Call("multiply", (Var("x"), Var("x")))
-    assert (-x).node == Call("negative", (Var("x"),))
-    assert np.exp(x).node == Call("exp", (Var("x"),))
-    assert (x > w).node == Call("greater", (Var("x"), Var("w")))
+    assert r.node == Op("add", Op("multiply", Op("multiply", Const(2), Var("x")), Var("w")), Const(1.0))
+    assert (x ** 2).node == Op("power", Var("x"), Const(2))
+    assert (-x).node == Op("negative", Var("x"))
+    assert np.exp(x).node == Call("exp", (Var("x"),))          # a ufunc: numpy's typed result, not Python's
+    assert (x > w).node == Op("greater", Var("x"), Var("w"))
+    assert (x * np.float32(0.5)).node == Op("multiply", Var("x"), Const(0.5, "float32"))
     assert formula.traced_call("elu", (x,), {"alpha": 0.5}).node == Call("elu", (Var("x"),), (("alpha", 0.5),))
 
 

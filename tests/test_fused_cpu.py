@@ -80,6 +80,108 @@ def test_errors_before_compiling(vocab):
     p.check_scalars([7])
 
 
+def test_operators_on_python_numbers_stay_weak(vocab):
+    """x * (1 - a) with a a Python float: 1 - a is Python's arithmetic, a Python float, so the
+    formula keeps x's dtype (numpy: float32 * (1 - 0.25) is float32); a function of numbers alone
+    is numpy's typed result (np.exp(0.5) is a float64)."""
+    needs(vocab, "multiply", "subtract", "add", "exp", "floor_divide")
+    cases = [("x * (1 - a)", dict(x="float32", a=float), "float32"),
+             ("h * (a * 2)", dict(h="float16", a=float), "float16"),
+             ("i + n * 2", dict(i="int32", n=int), "int32"), ("x * +2", dict(x="float32"), "float32"),
+             ("i + ~5", dict(i="int32"), "int32"), ("a * x + (1 - a) * y", dict(x="float16", y="float16", a=float),
+                                                    "float16"),
+             ("i + n / 2", dict(i="int32", n=int), "float64"), ("x * exp(a)", dict(x="float32", a=float), "float64")]
+    for expr, kinds, want in cases:
+        assert typed(expr, **kinds).out.name == want, expr
+        sample = {k: (np.ones(2, dt.BY_NAME[v].np) if isinstance(v, str) else v(1)) for k, v in kinds.items()}
+        assert np.asarray(eval(expr, {"exp": np.exp}, sample)).dtype.name == want, expr
+    p = typed("i + (n * 2 - 1)", i="int32", n=int)
+    assert [a.name for a in p.scalars] == ["n", "((n * 2) - 1)"] and p.derived
+    assert p.complete([5]) == [5, 9]
+    with pytest.raises(OverflowError):              # numpy: int32 + 2**40 is refused; so is n * 2 - 1 of it
+        p.packed([2 ** 39])
+    p.packed([7])
+    q = typed("x * (1 / a)", x="float32", a=float)
+    with pytest.raises(ZeroDivisionError, match="1 / a"):
+        q.packed([0.0])
+
+
+def test_numpy_scalars_are_typed(vocab, fakes):
+    """np.float64 is a Python float but a typed scalar (NEP 50): float32 * np.float64 is float64."""
+    needs(vocab, "multiply")
+    p = typed("x * m", x="float32", m="float64")
+    assert p.out.name == "float64"
+    d = pyew.asarray(np.arange(4, dtype=np.float32))
+    m = np.arange(8.0).mean()
+    assert pyew.evaluate("x - m", local_dict={"x": d, "m": m}).dtype == np.float64
+    assert pyew.evaluate("x - m", local_dict={"x": d, "m": 3.5}).dtype == np.float32
+    assert pyew.sub(d, m).dtype == np.float64 and pyew.sub(d, 3.5).dtype == np.float32
+
+
+@pytest.mark.parametrize("expr, kinds, want", [
+    ("i ** 2", dict(i="int32"), "int32"), ("i ** 2.0", dict(i="int32"), "float64"),
+    ("x ** 2", dict(x="float16"), "float16"), ("x ** -2", dict(x="float32"), "float32"),
+])
+def test_powers_type_as_numpy(vocab, expr, kinds, want):
+    needs(vocab, "power", "multiply", "reciprocal")
+    sample = {k: np.ones(2, dt.BY_NAME[v].np) for k, v in kinds.items()}
+    assert eval(expr, {}, sample).dtype.name == want
+    p = typed(expr, **kinds)
+    assert p.out.name == want
+    if expr == "x ** -2":       # (1/x)^2, not 1/(x*x), which overflows to 0 for x = 1e20
+        assert "reciprocal_fn" in p.source and p.source.count("reciprocal_fn") == 1
+
+
+def test_integer_to_a_negative_integer_power_is_numpys_error(vocab):
+    needs(vocab, "power")
+    with pytest.raises(pyew.FormulaError, match="negative integer powers"):
+        typed("i ** -1", i="int32")
+
+
+def test_too_many_arrays_is_a_formula_error(vocab):
+    names = [f"a{i}" for i in range(jit.MAX_ARRAYS + 1)]
+    with pytest.raises(pyew.FormulaError, match=f"at most {jit.MAX_ARRAYS}"):
+        typed(" + ".join(names), **{n: "float32" for n in names})
+
+
+def test_integer_params_are_not_truncated(vocab):
+    spec = next((o for o in vocab.values() if any(p.type != "float" for p in o.params)), None)
+    if spec is None:
+        pytest.skip("no op of the loaded library has an integer param")
+    p = next(p for p in spec.params if p.type != "float")
+    args = ", ".join(["x"] * len(spec.inputs))
+    with pytest.raises(pyew.FormulaError, match="takes an integer"):
+        typed(f"{spec.name}({args}, {p.name}=2.5)", x="float32")
+
+
+def test_names_come_from_the_callers_globals_when_only_local_dict_is_given(fakes):
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    globals()["_formula_global_w"] = 2.0
+    try:
+        got = pyew.evaluate("x * _formula_global_w", local_dict={"x": d})
+    finally:
+        del globals()["_formula_global_w"]
+    np.testing.assert_array_equal(got.get(), np.arange(3, dtype=np.float32) * 2)
+
+
+def test_fuse_traces_again_for_other_values_of_other_arguments(fakes):
+    calls = []
+
+    @pyew.fuse
+    def act(x, kind="relu", bias=None):
+        calls.append(kind)
+        y = x if bias is None else x + bias
+        return -y if kind == "neg" else y * 2
+
+    d = pyew.asarray(np.arange(-2, 2, dtype=np.float32))
+    np.testing.assert_array_equal(act(d).get(), np.arange(-2, 2, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(act(d, kind="neg").get(), -np.arange(-2, 2, dtype=np.float32))
+    np.testing.assert_array_equal(act(d, bias=1.0).get(), (np.arange(-2, 2, dtype=np.float32) + 1) * 2)
+    assert calls == ["relu", "neg", "relu"]
+    with pytest.raises(TypeError, match="hashable"):
+        act(d, kind=["neg"])
+
+
 @pytest.fixture
 def nvrtc_ok(vocab):
     why = jit.unavailable()
@@ -117,6 +219,16 @@ def test_compile_error_names_the_formula_not_the_source(nvrtc_ok):
         jit.compile_cubin("struct { broken", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "x + y")
     msg = str(e.value)
     assert "'x + y'" in msg and "PYEW_JIT_LOG" in msg and len(msg) < 600
+
+
+def test_an_unwritable_compile_log_keeps_the_compile_error(nvrtc_ok, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYEW_JIT_LOG", str(tmp_path / "missing" / "log.cu"))
+    with pytest.raises(jit.CompileError, match="PYEW_JIT_LOG could not be written"):
+        jit.compile_cubin("struct { broken", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "x + y")
+    monkeypatch.setenv("PYEW_JIT_LOG", str(tmp_path / "log.cu"))
+    with pytest.raises(jit.CompileError, match="source and log in"):
+        jit.compile_cubin("struct { broken", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "x + y")
+    assert "broken" in (tmp_path / "log.cu").read_text()
 
 
 # ---- the cache ------------------------------------------------------------------------------------
@@ -198,6 +310,28 @@ def test_corrupt_entries_are_compiled_again(tmp_path, nvrtc_ok):
     assert run_script(tmp_path)["compiled"] == 0    # and written back whole
 
 
+def test_an_entry_changed_in_place_is_compiled_again(tmp_path, nvrtc_ok):
+    run_script(tmp_path)
+    [entry] = [p for p in tmp_path.glob("??/*") if p.is_file()]
+    blob = bytearray(entry.read_bytes())
+    blob[-100] ^= 0xFF                              # same length, ELF header intact
+    entry.write_bytes(bytes(blob))
+    assert run_script(tmp_path)["compiled"] == 1
+
+
+def test_literals_without_a_cpp_spelling_compile(vocab, nvrtc_ok):
+    """NaN and the infinities, written or reached by rounding (float16 100000, float32 1e39)."""
+    needs(vocab, "multiply", "add", "where", "greater")
+    for expr, kinds in [("x * nan + where(x > 0, x, -inf)", dict(x="float32")), ("x + 100000", dict(x="float16")),
+                        ("x * 1e39", dict(x="float32")), ("x * -nan", dict(x="bfloat16"))]:
+        p = typed(expr, **kinds)
+        need = list(NEEDS[0])
+        need[7] = 16 // max([a.info.itemsize for a in p.arrays] + [p.out.itemsize])
+        name, cubin = jit.compile_cubin(p.source, jit.name_expression(need, p.out.ctype, p.in_types), "sm_90",
+                                        [jit.cuda_include(), *jit.include_dirs()], expr)
+        assert cubin[:4] == b"\x7fELF", expr
+
+
 def test_two_processes_compiling_at_once_both_succeed(tmp_path, nvrtc_ok):
     env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
     procs = [subprocess.Popen([sys.executable, "-c", SCRIPT.format(k=0.5)], env=env, stdout=subprocess.PIPE,
@@ -224,6 +358,24 @@ def test_cache_command_shows_and_clears(tmp_path, nvrtc_ok):
     clear = subprocess.run([sys.executable, "-m", "pyew", "cache", "--clear"], env=env, capture_output=True, text=True)
     assert clear.returncode == 0 and "removed" in clear.stdout
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_cache_clear_deletes_only_what_pyew_wrote(tmp_path, nvrtc_ok):
+    """PYEW_CACHE_DIR may name a folder that holds other files: they are neither counted nor
+    deleted."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "results.csv").write_text("1,2")
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "notes.txt").write_text("keep")
+    (tmp_path / "notes.txt").write_text("keep")
+    run_script(tmp_path)
+    env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    show = subprocess.run([sys.executable, "-m", "pyew", "cache"], env=env, capture_output=True, text=True)
+    assert "entries: 1," in show.stdout
+    clear = subprocess.run([sys.executable, "-m", "pyew", "cache", "--clear"], env=env, capture_output=True, text=True)
+    assert clear.returncode == 0
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["ab/notes.txt", "mine/results.csv", "notes.txt"]
 
 
 def test_formula_parse_is_cached_per_text(vocab):

@@ -34,17 +34,20 @@ def ref_eval(node, values: dict, seen=None):
         return node.value, None
     if isinstance(node, Var):
         v = values[node.name]
-        if isinstance(v, (bool, int, float)):
+        if isinstance(v, (bool, int, float)) and not isinstance(v, np.generic):
             return v, None
         a = np.asarray(v.get() if isinstance(v, pyew.DeviceArray) else v)
         return a, dt.lookup(a.dtype)
     op = fused.vocabulary()[node.op]
     kids = [ref_eval(a, values, seen) for a in node.args]
+    if node.operator and node.op in formula.PYTHON_OPS and not node.params and all(i is None for _, i in kids):
+        return formula.PYTHON_OPS[node.op](*[v for v, _ in kids]), None      # Python's arithmetic: weak
     fixed = fused.fixed_inputs(op)
-    from pyew.operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+    from pyew.operands import DEVICE, SCALAR, Operand, kernel_dtype, numpy_name, result_dtype
     ops = [Operand(n, SCALAR, v, None, ()) if info is None else Operand(n, DEVICE, None, info, ())
            for n, (v, info) in zip(op.inputs, kids) if n not in fixed]
-    kd = kernel_dtype(result_dtype(ops, op.name), op.dtypes, op.name) if ops else dt.BY_NAME["float64"]
+    kd = kernel_dtype(result_dtype(ops, op.name), op.dtypes, op.name, numpy_name(op)) if ops else \
+        dt.BY_NAME["float64"]
     out = op.kernel(kd).out_dtype
     if seen is not None:
         seen.add(kd.name)
@@ -400,3 +403,66 @@ def test_disk_cache_across_processes(tmp_path):
     c2 = run_script(tmp_path)
     assert c2[0] == 0 and c2[1] >= 1 and c2[2], "a new process reads the kernel from the disk cache"
     print(f"first call: compiling {c1[3]:.1f} ms, from the disk cache {c2[3]:.2f} ms")
+
+
+# ---- Python numbers, numpy scalars, literals and powers as numpy has them -----------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_operators_on_python_numbers_keep_the_arrays_dtype(dtype, rng):
+    """a * x + (1 - a) * y with a a Python float: 1 - a is a Python float (weak), computed on the
+    host for each call, so the result has numpy's dtype (x's, not float64); another a needs no new
+    kernel."""
+    host = inputs(rng, 4099, dtype, "xy")
+    x, y = (pyew.asarray(v) for v in host.values())
+    for a in (0.3, 0.8):
+        for expr in ("a * x + (1 - a) * y", "x * (a * 2) - y / (a + 1)", "x + (a > 0.5)"):
+            got = pyew.evaluate(expr, local_dict={"x": x, "y": y, "a": a})
+            # numpy's dtype (ml_dtypes' bfloat16 with a Python float is float32; the others keep theirs)
+            assert got.dtype == eval(expr, {}, {**host, "a": a}).dtype, expr
+            check(got, {**host, "a": a}, parsed(expr), f"{expr}, a = {a}")
+
+
+def test_numpy_scalars_are_typed(rng):
+    x = rng.uniform(-4, 4, 4099).astype(np.float32)
+    m = np.float64(x.astype(np.float64).mean())
+    got = pyew.evaluate("x - m", local_dict={"x": pyew.asarray(x), "m": m})
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.get(), x - m)
+
+    @pyew.fuse
+    def scaled(v, kind="double"):
+        return v * np.float64(0.1) if kind == "double" else -v
+    assert scaled(pyew.asarray(x)).dtype == np.float64
+    np.testing.assert_array_equal(scaled(pyew.asarray(x), kind="neg").get(), -x)
+
+
+def test_literals_without_a_cpp_spelling(rng):
+    x = rng.uniform(-4, 4, 4099).astype(np.float32)
+    x[:3] = [0.0, -0.0, np.nan]
+    d = pyew.asarray(x)
+    for expr in ("where(x > 0, x, -inf)", "where(x > 0, nan, x)", "x * 1e39", "x + inf"):
+        got = pyew.evaluate(expr, local_dict={"x": d})
+        check(got, {"x": x}, parsed(expr), expr)
+    h = pyew.evaluate("x + 100000", local_dict={"x": pyew.asarray(x.astype(np.float16))})
+    assert np.all(np.isinf(h.get()[3:]) | np.isnan(h.get()[3:]))
+
+
+def test_powers_as_numpy_computes_them(rng):
+    x = rng.uniform(-4, 4, 4099).astype(np.float32)
+    x[:2] = [1e20, -3e19]                        # (1/x)^2, not 1/(x*x), which is 1/inf = 0
+    got = pyew.evaluate("x ** -2", local_dict={"x": pyew.asarray(x)}).get()
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float64) ** -2
+    assert got[0] > 0 and got[1] > 0
+    np.testing.assert_allclose(got[2:], want[2:], rtol=1e-6)
+    np.testing.assert_allclose(got[:2], want[:2], rtol=1e-3)       # float32 subnormals
+    i = rng.integers(-1000, 1000, 4099).astype(np.int32)
+    di = pyew.asarray(i)
+    r2 = pyew.evaluate("i ** 2", local_dict={"i": di})
+    assert r2.dtype == np.int32
+    np.testing.assert_array_equal(r2.get(), i ** 2)
+    rf = pyew.evaluate("i ** 2.0", local_dict={"i": di})
+    assert rf.dtype == np.float64
+    np.testing.assert_array_equal(rf.get(), i.astype(np.float64) ** 2.0)
+    with pytest.raises(pyew.FormulaError, match="negative integer powers"):
+        pyew.evaluate("i ** -1", local_dict={"i": di})
