@@ -241,9 +241,10 @@ static PyObject* dlpack_version(PyObject* module, PyObject* capsule) {
   (void)module;
   const dl_exchange_api* api = exchange_api(capsule);
   if (api == NULL) return NULL;
-  if (api->current_work_stream == NULL ||
-      (api->dltensor_from_py_object_no_sync == NULL && api->managed_tensor_from_py_object_no_sync == NULL)) {
-    PyErr_SetString(PyExc_ValueError, "DLPack exchange API without a tensor export or a current-stream function");
+  /* dlpack.h requires all three; dlpack_view calls the managed-tensor one for every type but torch */
+  if (api->current_work_stream == NULL || api->dltensor_from_py_object_no_sync == NULL ||
+      api->managed_tensor_from_py_object_no_sync == NULL) {
+    PyErr_SetString(PyExc_ValueError, "DLPack exchange API without its tensor exports or its current-stream function");
     return NULL;
   }
   return Py_BuildValue("(kk)", (unsigned long)api->header.major, (unsigned long)api->header.minor);
@@ -328,6 +329,10 @@ static PyObject* dlpack_view(PyObject* module, PyObject* const* args, Py_ssize_t
     memset(&t, 0, sizeof t);
     if (api->dltensor_from_py_object_no_sync(args[1], &t) != 0) return producer_failed("dltensor_from_py_object");
     return view_of(api, &t, 0);
+  }
+  if (api->managed_tensor_from_py_object_no_sync == NULL) {
+    PyErr_SetString(PyExc_ValueError, "DLPack exchange API without managed_tensor_from_py_object_no_sync");
+    return NULL;
   }
   dl_managed* m = NULL;
   if (api->managed_tensor_from_py_object_no_sync(args[1], &m) != 0 || m == NULL)

@@ -37,6 +37,11 @@ class Buffer:
             self.others.append(stream)
 
     def used_on(self, stream) -> None:
+        last = self.last
+        if last is stream:
+            return
+        if _other(last, stream):
+            rt.stream_wait(stream, last)
         self.last = stream
         if stream is not self.stream:
             if self.others is None:
@@ -69,12 +74,13 @@ class Foreign:
     consumer of these protocols, the producer's object must outlive the work queued on it."""
     __slots__ = ("owner", "ordinal", "used", "read_only", "__weakref__")
 
-    def __init__(self, owner, read_only: bool = False, ordinal: int = 0):
+    def __init__(self, owner, read_only: bool = False, ordinal: int = 0, stream=None):
         # An operand is imported on every call that takes one: the streams are looked up only
-        # when asked for.
+        # when asked for. `stream`: the one the import ordered after the producer's work, which
+        # a consumer of this array must then wait for.
         self.owner = owner
         self.ordinal = ordinal
-        self.used = None
+        self.used = stream
         self.read_only = read_only
 
     @property
@@ -86,10 +92,20 @@ class Foreign:
         return self.used if self.used is not None else rt.default_stream(self.ordinal)
 
     def used_on(self, stream) -> None:
+        if self.used is stream:
+            return
+        last = self.last
+        if _other(last, stream):
+            rt.stream_wait(stream, last)
         self.used = stream
 
     def read_by(self, stream) -> None:
         pass        # the owner's object keeps the memory; nothing to order
+
+
+def _other(a, b) -> bool:
+    """Whether streams a and b are two queues (not the same handle on one GPU)."""
+    return a.handle != b.handle or a.ordinal != b.ordinal
 
 
 def normalize_shape(shape) -> tuple[int, ...]:
@@ -222,8 +238,11 @@ class DeviceArray:
         return self._buf.stream.ordinal
 
     def used_on(self, stream) -> None:
-        """Work queued on `stream` uses this array: its memory is not freed before that work ran,
-        and a consumer of it (DLPack, the CUDA Array Interface) waits for that stream."""
+        """Work queued on `stream` next uses this array: `stream` first waits (on the GPU) for the
+        work last queued on it on another stream, so uses of an array run in the order they were
+        queued whatever their streams; its memory is not freed before that work ran, and a consumer
+        of it (DLPack, the CUDA Array Interface) waits for that stream. Every pyew call does this
+        for its arrays."""
         self._buf.used_on(stream)
 
     def __len__(self) -> int:
@@ -318,6 +337,10 @@ class DeviceArray:
             if not isinstance(stream, int) or stream == 0:
                 raise BufferError(f"__dlpack__: stream must be an int other than 0 (1 = legacy default "
                                   f"stream, 2 = per-thread default), got {stream!r}")
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if self.readonly and not copy and not versioned:
+            raise BufferError("this GPU array is read-only, and a DLPack consumer that does not pass max_version "
+                              "(1, x) cannot be told so: pass max_version=(1, 0), or copy=True for a writable copy")
         with rt.on(ordinal):
             src = self.copy() if copy else self
             if stream != -1:
@@ -325,7 +348,6 @@ class DeviceArray:
                 last = src._buf.last
                 if consumer.handle != (last.handle or 1):
                     rt.stream_wait(consumer, last)
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
         return dlpack.export(src.ptr, src.shape, src.info, ordinal, src, versioned=versioned,
                              version=version, read_only=src.readonly, copied=bool(copy))
@@ -346,9 +368,6 @@ class DeviceArray:
             raise ValueError(f"out must be a writeable {self.dtype} numpy array of shape {self.shape}, got "
                              + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__))
         if self.size:
-            last = self._buf.last
-            if last is not s:
-                rt.stream_wait(s, last)
             self._buf.used_on(s)
             transfer.to_host(self.ptr, out, s)
         return out
@@ -379,6 +398,51 @@ class DeviceArray:
             raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
         i %= n
         return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self.info)
+
+    def __setitem__(self, key, value):
+        """d[i] = v and d[a:b] = v (the views of __getitem__): a number, or an array of the view's
+        dtype-castable values (numpy's unsafe casting, as numpy's assignment has it; host data
+        broadcast to the view's shape, a GPU array of its shape). d[a:b] += 1 has already written
+        in place when Python stores the view back: that store is the same memory and does nothing."""
+        target = self[key]
+        if type(value) is DeviceArray and aliasing(target, value) == SAME:
+            return
+        if self.readonly:
+            raise ValueError("assignment destination is read-only (a read-only GPU array of another library)")
+        with rt.on(self._buf.stream.ordinal):
+            s = rt.resolve_stream(None)
+            if type(value) is not DeviceArray and not _is_host_data(value):
+                from .interop import import_device  # GPU arrays of other libraries
+                value = import_device(value, s, "__setitem__", "value") or value
+            if type(value) is DeviceArray:
+                if value.shape != target.shape:
+                    raise ValueError(f"could not assign a GPU array of shape {value.shape} to a view of shape "
+                                     f"{target.shape}; give one of that shape (host data broadcasts)")
+                if value.info is target.info:
+                    copy_into(target, value, s)
+                else:
+                    cast(value, target.info, s, out=target)
+                return
+            try:
+                host = np.asarray(value)
+                if host.dtype == object:
+                    raise TypeError
+                host = np.broadcast_to(host.astype(target.dtype), target.shape)
+            except TypeError:
+                raise TypeError(f"cannot assign a {type(value).__name__} to a DeviceArray: give a number or an "
+                                "array") from None
+            except ValueError as e:
+                raise ValueError(f"could not assign shape {np.shape(value)} to a view of shape {target.shape}: "
+                                 f"{e}") from None
+            target.used_on(s)
+            if not host.ndim or host.strides == (0,) * host.ndim:        # one value: a fill
+                one = np.ascontiguousarray(host.reshape(-1)[:1])
+                bits = int(one.view(f"u{target.itemsize}")[0]) if host.size else 0
+                if target.size:
+                    from .call import fill  # call sits above this module
+                    fill(target.ptr, target.size, target.info, bits, s)
+                return
+            transfer.to_device(np.ascontiguousarray(host), target.ptr, s)
 
     def reshape(self, *shape, order: str = "C", copy: bool | None = None) -> "DeviceArray":
         """The array with another shape of the same size (ints or one tuple; one dimension may be
@@ -418,7 +482,7 @@ class DeviceArray:
         return self.reshape(-1, order=order, copy=True)
 
     def copy(self, stream=None) -> "DeviceArray":
-        """A copy on the same GPU."""
+        """A copy on the same GPU, after the work queued on this array (as get() is)."""
         with rt.on(self._buf.stream.ordinal):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
@@ -526,6 +590,10 @@ def aliasing(out: DeviceArray, a) -> int:
     return SAME if a.ptr == lo and a.shape == out.shape and a.info is out.info else PARTIAL
 
 
+def _is_host_data(v) -> bool:
+    return isinstance(v, (np.ndarray, np.generic, list, tuple, bool, int, float, complex))
+
+
 def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
     """Copy src into dst on the GPU (one dtype and shape, one GPU), after the work queued on both."""
     if dst.info is not src.info or dst.shape != src.shape:
@@ -533,8 +601,6 @@ def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
     with rt.on(dst._buf.stream.ordinal):
         s = rt.resolve_stream(stream)
         for b in (src._buf, dst._buf):
-            if b.last is not s:
-                rt.stream_wait(s, b.last)
             b.used_on(s)
         if src.nbytes:
             rt.copy_dtod(dst.ptr, src.ptr, src.nbytes, s.cu)
@@ -544,7 +610,8 @@ def lookup_dtype(dtype) -> dt.DType:
     try:
         return dt.lookup(dtype)
     except (KeyError, TypeError):
-        raise TypeError(f"pyew has no dtype {dtype!r}; it knows {', '.join(dt.BY_NAME)}") from None
+        raise TypeError(f"pyew has no dtype {dtype!r}; it knows {', '.join(dt.BY_NAME)}"
+                        f"{dt.unsupported_hint(dtype)}") from None
 
 
 def cast_entry(src: dt.DType, dst: dt.DType) -> library.Entry | None:

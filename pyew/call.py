@@ -242,6 +242,7 @@ class Plan:
 
 _plans: dict = {}
 NUMBERS = (float, int, bool)      # the Python number types a plan takes, keyed by type
+_HOST_DATA = (np.ndarray, np.generic, list, tuple, complex)     # operands the general path converts
 _PLANS_MAX = 4096
 
 
@@ -307,7 +308,7 @@ def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = Non
         if t in NUMBERS or t is np.ndarray:
             out.append(a)
             continue
-        if isinstance(a, (np.ndarray, np.generic, list, tuple, complex)):
+        if issubclass(t, _HOST_DATA):     # by type: isinstance would ask a GPU tensor for its __class__
             return None
         d = interop.import_device(a, stream, op, names[i] if names else f"#{i}")
         if d is None:

@@ -70,7 +70,7 @@ def _map_op(op) -> library.Op:
 
 
 def _operand(a, name: str) -> Operand:
-    if isinstance(a, (bool, int, float)):
+    if _python_number(a):
         return Operand(name, SCALAR, a, None, ())
     npd = np.dtype(a.dtype)
     info = dt.lookup(npd)
@@ -137,10 +137,15 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     leaves: list = []
     mapping = {k: _inline(v, leaves) for k, v in arrays.items()}
     tree = formula.substitute(tree, mapping)
-    args = tuple(fused.Arg(n, False, None, type(v)) if isinstance(v, (bool, int, float))
+    args = tuple(fused.Arg(n, False, None, type(v)) if _python_number(v)
                  else fused.Arg(n, not _is_scalar(v), dt.lookup(np.dtype(v.dtype))) for n, v in leaves)
     dtype = fused.program(tree, args, expr).out.np
     return _formula_array(tree, leaves, dtype, expr.strip())
+
+
+def _python_number(v) -> bool:
+    """A weakly typed number (NEP 50): Python's, not numpy's (np.float64 is a float, but typed)."""
+    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
 
 
 _FORMULAS: dict = {}        # a pyew.dask result's dask name -> (its tree, its leaves), for fusing
@@ -244,12 +249,21 @@ def map_blocks(func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=No
         raise TypeError("pyew.dask.map_blocks: give at least one dask array")
     like = arrays[0]
     dtype = np.dtype(like.dtype if dtype is None else dtype)
-    meta = meta_from_array(like._meta, dtype=dtype)
+    ndim = like.ndim - len(_axes(drop_axis)) + len(_axes(new_axis))
+    meta = meta_from_array(like._meta, ndim=ndim, dtype=dtype)
     extra = {k: v for k, v in (("chunks", chunks), ("drop_axis", drop_axis), ("new_axis", new_axis))
              if v is not None}
+    # the name covers all that shapes the result, as dask.array.map_blocks's does
+    token = da.core.tokenize(func, *args, kwargs, dtype, extra)
     return da.map_blocks(functools.partial(_apply_func, func, dtype), *args, dtype=dtype, meta=meta,
-                         name=f"pyew-{getattr(func, '__name__', 'func')}-{da.core.tokenize(func, *args, kwargs)}",
-                         **extra, **kwargs)
+                         name=f"pyew-{getattr(func, '__name__', 'func')}-{token}", **extra, **kwargs)
+
+
+def _axes(axes) -> tuple:
+    """drop_axis or new_axis as a tuple (None, an int, or ints)."""
+    if axes is None:
+        return ()
+    return (axes,) if isinstance(axes, int) else tuple(axes)
 
 
 def _apply_func(func, dtype: np.dtype, *blocks, **kwargs):

@@ -130,7 +130,7 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
     _check_device(ordinal, stream, op, name)
     if producer is not None and producer != _stream_arg(stream):
         rt.stream_wait(stream, rt.foreign_stream(int(producer), ordinal))
-    return DeviceArray(Foreign(obj, bool(read_only), ordinal), int(ptr or 0), shape, info)
+    return DeviceArray(Foreign(obj, bool(read_only), ordinal, stream), int(ptr or 0), shape, info)
 
 
 def _from_dlpack(obj, stream, op, name) -> DeviceArray:
@@ -148,7 +148,7 @@ def _from_dlpack(obj, stream, op, name) -> DeviceArray:
         raise TypeError(f"{op}: {name!r} has DLPack dtype (code {imp.dtype[0]}, {imp.dtype[1]} bits, "
                         f"{imp.dtype[2]} lanes), which pyew does not support")
     _check_contiguous(obj, imp.shape, imp.strides, 1, op, name)
-    return DeviceArray(Foreign(imp.owner, imp.read_only, imp.device[1]), imp.ptr, imp.shape, info)
+    return DeviceArray(Foreign(imp.owner, imp.read_only, imp.device[1], stream), imp.ptr, imp.shape, info)
 
 
 def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
@@ -231,7 +231,7 @@ def _over(owner, read_only: bool, index: int, ptr: int, shape, info, producer: i
         wrong_device(index, stream, op, name)
     if producer != stream.handle:
         rt.stream_wait(stream, rt.foreign_stream(producer, index))
-    return DeviceArray(Foreign(owner, read_only, index), ptr, shape, info)
+    return DeviceArray(Foreign(owner, read_only, index, stream), ptr, shape, info)
 
 
 def wrong_device(index: int, stream, op, name):

@@ -23,7 +23,7 @@ from . import dtypes as dt
 from . import runtime as rt
 from .array import PARTIAL, DeviceArray, aliasing
 from .errors import LibraryError
-from .operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+from .operands import DEVICE, SCALAR, Operand, kernel_dtype, numpy_name, result_dtype
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,14 @@ def _out_dtype(op: library.Op, args) -> dt.DType | None:
             key.append(t)
         elif isinstance(x, (np.ndarray, np.generic)):
             key.append(x.dtype)
+        elif isinstance(x, (list, tuple)):          # host data as numpy reads it: d += [1, 2, 3]
+            try:
+                d = np.asarray(x).dtype
+            except Exception:
+                return None
+            if d.kind not in "biuf":
+                return None
+            key.append(d)
         else:
             return None
     key = tuple(key)
@@ -254,7 +262,7 @@ def _out_dtype(op: library.Op, args) -> dt.DType | None:
     try:
         operands = [Operand("x", SCALAR, k(0), None, ()) if isinstance(k, type) else
                     Operand("x", DEVICE, None, dt.lookup(k), ()) for k in key[1:]]
-        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name)
+        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name, numpy_name(op))
         got = op.kernel(kd).out_dtype
     except (KeyError, TypeError, ValueError):
         got = None
@@ -293,6 +301,9 @@ def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
         raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
                          f"broadcast shape {shape}")
     res = fn(*args)
+    if isinstance(res, np.ndarray):        # numpy inputs alone give a numpy result: it goes up once
+        with rt.on(out.ordinal):
+            res = array.from_host(res, rt.resolve_stream(None))
     if res.shape != out.shape:
         raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
                          f"broadcast shape {res.shape}")

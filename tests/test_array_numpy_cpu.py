@@ -14,6 +14,7 @@ import pytest
 import pyew
 from pyew import array, library, ufuncs
 from pyew import dtypes as dt
+from pyew import runtime as rt
 from pyew.array import DeviceArray
 from pyew.errors import LibraryError
 from pyew.ufuncs import OPERATORS, derive, ufunc_op
@@ -543,3 +544,118 @@ def test_printing_follows_printoptions(lib, rng):
         assert str(d) == str(a) and "..." not in repr(d)
     assert repr(pyew.asarray(np.array(1.5, np.float32))) == "DeviceArray(1.5, dtype=float32, device=0)"
     assert repr(pyew.asarray(np.array([1, 2], np.int64))) == "DeviceArray([1, 2], dtype=int64, device=0)"
+
+
+# ---- assignment, numpy results into GPU out=, the order of uses across streams -------------------
+
+@needs_lib
+def test_item_and_slice_assignment(lib):
+    """d[a:b] += 1 writes in place (Python then stores the view back, which does nothing); d[i] = v
+    and d[a:b] = values assign with numpy's casting and broadcasting."""
+    d = pyew.asarray(np.arange(1, 7, dtype=np.float32))
+    d[1:] += 1
+    d[0] += 10
+    np.testing.assert_array_equal(d.get(), [11, 3, 4, 5, 6, 7])
+    d[2] = 2.5
+    d[3:5] = np.array([-1, -2])                       # ints cast to float32
+    d[5:] = [9]
+    np.testing.assert_array_equal(d.get(), [11, 3, 2.5, -1, -2, 9])
+    d[:2] = pyew.asarray(np.array([7, 8], np.float64))    # another dtype on the GPU: cast
+    d[:0] = 5                                             # nothing to write
+    np.testing.assert_array_equal(d.get(), [7, 8, 2.5, -1, -2, 9])
+    i = pyew.asarray(np.zeros((2, 3), np.int32))
+    i[1] = 2.9                                            # numpy's unsafe cast: 2
+    i[0] = [1, 2, 3]
+    np.testing.assert_array_equal(i.get(), [[1, 2, 3], [2, 2, 2]])
+    b = pyew.asarray(np.zeros(3, bool))
+    b[1:] = True
+    np.testing.assert_array_equal(b.get(), [False, True, True])
+
+
+@needs_lib
+def test_bad_assignments_leave_the_array_as_it_was(lib):
+    d = pyew.asarray(np.arange(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="could not assign"):
+        d[1:3] = np.arange(3)
+    with pytest.raises(ValueError, match="of shape"):
+        d[1:3] = pyew.asarray(np.arange(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="cannot assign a dict"):
+        d[0] = {}
+    with pytest.raises(IndexError):
+        d[7] = 1
+    np.testing.assert_array_equal(d.get(), np.arange(4, dtype=np.float32))
+
+
+@needs_lib
+def test_numpy_inputs_into_a_gpu_out_of_another_dtype(lib):
+    out = pyew.empty(4, "float64")
+    r = np.add(np.ones(4, np.float32), 1, out=out)
+    assert r is out
+    np.testing.assert_array_equal(out.get(), [2, 2, 2, 2])
+
+
+@needs_lib
+def test_uses_of_an_array_on_two_streams_run_in_order(lib, monkeypatch):
+    """An array written on the default stream and read on a pyew.Stream: the stream waits for
+    the default one first (on the GPU), once; back on the default stream, the other way."""
+    waits = []
+    real = rt.stream_wait
+    monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.handle, o.handle)) or real(w, o))
+    a = pyew.asarray(np.arange(4, dtype=np.float32))
+    with pyew.Stream() as s:
+        b = pyew.mul(a, a)
+        pyew.mul(a, a)
+    assert waits == [(s.handle, 0)]
+    waits.clear()
+    c = pyew.add(a, b)
+    assert (0, s.handle) in waits
+    np.testing.assert_array_equal(c.get(), np.arange(4) + np.arange(4) ** 2)
+
+
+def test_a_read_only_array_is_not_exported_as_writable(fake_runtime):
+    ro = DeviceArray(array.Foreign(object(), True, 0), 0x1000, (4,), dt.BY_NAME["float32"])
+    with pytest.raises(BufferError, match="read-only"):
+        ro.__dlpack__()
+    with pytest.raises(ValueError, match="read-only"):
+        ro[0] = 1
+
+
+def test_byte_swapped_data_gets_a_hint():
+    with pytest.raises(TypeError, match=r"byte-swapped: pass a.astype\(a.dtype.newbyteorder\('='\)\)"):
+        array.lookup_dtype(np.dtype(">f4"))
+
+
+@needs_lib
+def test_bool_inputs_take_numpys_loops(lib):
+    """An op without a bool kernel runs bools in the kernel numpy's loop points to, not the
+    smallest safe dtype: floor_divide's loop is int8 (so int32 here), sqrt's float16; subtract
+    and negative of bools are numpy's TypeError."""
+    b = pyew.asarray(np.array([True, False, True]))
+    h = np.array([True, False, True])
+    for name, args in (("floor_divide", (b, b)), ("sqrt", (b,)), ("true_divide", (b, b))):
+        if ufunc_op(name) is None:
+            continue
+        got = getattr(np, name)(*args)
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(*[h] * len(args))
+        if want.dtype == np.int8:
+            want = want.astype(np.int32)            # pyew's smallest int
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got.get(), want)
+    for name, args in (("subtract", (b, b)), ("negative", (b,))):
+        if ufunc_op(name) is not None:
+            with pytest.raises(TypeError, match=f"numpy's {name} refuses bool"):
+                getattr(np, name)(*args)
+
+
+@needs_lib
+def test_in_place_with_a_list_casts_as_numpy(lib):
+    d = pyew.asarray(np.arange(4, dtype=np.float32))
+    d += [1, 2, 3, 4]                     # int64 values into float32: 'same_kind', as numpy
+    np.testing.assert_array_equal(d.get(), [1, 3, 5, 7])
+    i = pyew.asarray(np.arange(4, dtype=np.int32))
+    i += [1, 2, 3, 4]
+    np.testing.assert_array_equal(i.get(), [1, 3, 5, 7])
+    with pytest.raises(TypeError):
+        i += [0.5, 1, 2, 3]               # float into int: numpy refuses too
+    np.testing.assert_array_equal(i.get(), [1, 3, 5, 7])

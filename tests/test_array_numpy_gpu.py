@@ -372,3 +372,73 @@ def test_operators_with_other_libraries_gpu_arrays(torch_cuda, rng):
         np.testing.assert_array_equal(got.get(), a + b)
     d += t
     np.testing.assert_array_equal(d.get(), a + b)
+
+
+# ---- assignment, numpy results into GPU out=, uses across streams, bool loops --------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "float64"])
+def test_item_and_slice_assignment(dtype, rng):
+    """d[a:b] += v in place (misaligned views included), d[i] = number, d[a:b] = host values
+    (cast and broadcast as numpy assigns), d[a:b] = a GPU array of another dtype: against numpy
+    doing the same on a copy."""
+    info = dt.BY_NAME[dtype]
+    n = 4099
+    host = (rng.uniform(-50, 50, n) if info.kind == "float" else rng.integers(-50, 50, n)).astype(info.np)
+    d = pyew.asarray(host)
+    want = host.copy()
+    d[3:] += 1
+    want[3:] += 1
+    d[5] = 7
+    want[5] = 7
+    d[10:2000] = np.arange(1990) % 11
+    want[10:2000] = np.arange(1990) % 11
+    d[2000:] = [3]
+    want[2000:] = 3
+    other = rng.uniform(-9, 9, 1001) if info.kind == "float" else rng.integers(-9, 9, 1001)
+    d[1:1002] = pyew.asarray(other)                       # 64-bit on the GPU, cast by the library
+    want[1:1002] = other.astype(info.np)
+    np.testing.assert_array_equal(d.get(), want)
+
+
+def test_uses_on_two_streams_run_in_queue_order(rng):
+    """y made by kernels queued on the default stream, read at once on a pyew.Stream: the stream
+    waits for them on the GPU (without the wait it reads y before they ran)."""
+    n = 1 << 26
+    x = pyew.asarray(np.ones(n, np.float32))
+    pyew.synchronize()
+    for _ in range(5):
+        y = pyew.mul(x, 2.0)
+        for _ in range(6):
+            y = pyew.add(y, 1.0)                              # 8 per element, about 2 ms of kernels
+        with pyew.Stream() as s:
+            z = pyew.add(y, 1.0)
+        s.synchronize()
+        got = z.get()
+        assert got.min() == 9 and got.max() == 9
+        back = pyew.mul(z, 2.0)                              # and back on the default stream
+        assert np.all(back.get() == 18)
+
+
+def test_numpy_inputs_into_a_gpu_out_of_another_dtype(rng):
+    a = rng.uniform(-4, 4, 4099).astype(np.float32)
+    out = poison(pyew.empty(4099, "float64"))
+    assert np.add(a, 1, out=out) is out
+    np.testing.assert_array_equal(out.get(), (a + np.float32(1)).astype(np.float64))
+
+
+def test_bool_inputs_run_numpys_loops():
+    h = np.array([True, False, True, False])
+    g = np.array([True, True, False, False])
+    b, c = pyew.asarray(h), pyew.asarray(g)
+    with np.errstate(all="ignore"):
+        if "floor_divide" in TABLE:
+            got = np.floor_divide(b, c)
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got.get(), np.floor_divide(h, g).astype(np.int32))
+        if "sqrt" in TABLE:
+            got = np.sqrt(b)
+            assert got.dtype == np.float16
+            np.testing.assert_array_equal(got.get(), np.sqrt(h))
+    if "subtract" in TABLE:
+        with pytest.raises(TypeError, match="numpy's subtract refuses bool"):
+            b - c

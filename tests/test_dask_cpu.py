@@ -42,6 +42,19 @@ def test_graphs_need_no_gpu(ed, no_gpu):
     assert pyew.dask is ed and ed.gelu.__name__ == "gelu" and "GELU" in ed.gelu.__doc__
 
 
+def test_map_blocks_names_cover_what_shapes_the_result(ed, no_gpu):
+    """Two map_blocks of one function differing only in dtype or in their axes are two graphs, as
+    with dask.array.map_blocks: one name would let one stand in for the other."""
+    x = da.ones((8, 4), chunks=(4, 4), dtype=np.float32)
+    f = lambda c: c  # noqa: E731
+    a, b = ed.map_blocks(f, x, dtype="float32"), ed.map_blocks(f, x, dtype="float64")
+    c = ed.map_blocks(f, x, drop_axis=1, chunks=(4,))
+    assert len({a.name, b.name, c.name}) == 3
+    assert c.ndim == 1 and c._meta.ndim == 1
+    assert ed.map_blocks(f, x, new_axis=2)._meta.ndim == 3
+    assert ed.map_blocks(f, x, dtype="float32").name == a.name       # the same call, the same graph
+
+
 def test_gpu_chunks_anywhere_set_the_meta(ed, no_gpu, monkeypatch):
     """With an input whose chunks live on the GPU (CuPy meta; stood in for here by marking one
     array's meta), the output's meta comes from that input, whichever operand it is."""

@@ -66,6 +66,7 @@ static int stream(int32_t type, int32_t id, void** s) {
 api_t api = {{1, 3, NULL}, NULL, from_py, NULL, view, stream};
 api_t api_managed_only = {{1, 1, NULL}, NULL, from_py, NULL, NULL, stream};
 api_t api_next_major = {{2, 0, NULL}, NULL, from_py, NULL, view, stream};
+api_t api_view_only = {{1, 3, NULL}, NULL, NULL, NULL, view, stream};
 """
 _NAME = b"dlpack_exchange_api"
 _new_capsule = ctypes.pythonapi.PyCapsule_New
@@ -169,6 +170,13 @@ def test_view_errors(producer, ext):
         ext.dlpack_view(producer.capsule(), object(), False)
     with pytest.raises(ValueError, match="major version 2"):
         ext.dlpack_version(producer.capsule("api_next_major"))
+    # dlpack.h requires every function; a table without the managed-tensor one is refused, not called
+    with pytest.raises(ValueError, match="without its tensor exports"):
+        ext.dlpack_version(producer.capsule("api_view_only"))
+    with pytest.raises(ValueError, match="without managed_tensor_from_py_object_no_sync"):
+        ext.dlpack_view(producer.capsule("api_view_only"), object(), True)
+    with pytest.raises(ValueError, match="without its tensor exports"):
+        ext.dlpack_version(producer.capsule("api_managed_only"))
     with pytest.raises(ValueError):
         ext.dlpack_view(producer.capsule(name=b"something_else"), object(), False)
     with pytest.raises(TypeError, match="takes 3 arguments"):

@@ -9,6 +9,7 @@ import pytest
 
 from pyew import dlpack, interop
 from pyew import dtypes as dt
+from pyew import runtime as rt
 
 from .fake_cuda import install
 
@@ -59,6 +60,23 @@ def test_cai_import(fake):
     d = interop.import_device(obj, _S(), "op", "x")
     assert d.ptr == buf.ctypes.data and d.shape == (3, 4) and d.dtype == np.float32
     assert d.owner is obj
+
+
+def test_an_import_remembers_the_stream_that_waited_for_its_producer(fakes, monkeypatch):
+    """Under a pyew.Stream the import orders that stream after the producer's; a later consumer
+    (get(), DLPack, the CUDA Array Interface) must then wait for that stream, not the default one."""
+    import pyew
+    waits = []
+    real = rt.stream_wait
+    monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.handle, o.handle)) or real(w, o))
+    buf = np.arange(8, dtype=np.float32)
+    with pyew.Stream() as s:
+        d = pyew.asarray(FakeCAI(buf.ctypes.data, (8,), "<f4", stream=0x777))
+    assert waits == [(s.handle, 0x777)]
+    assert d.__cuda_array_interface__["stream"] == s.handle
+    waits.clear()
+    np.testing.assert_array_equal(d.get(), buf)
+    assert waits == [(0, s.handle)]                 # get() on the default stream waits for s
 
 
 def test_cai_refusals(fake):

@@ -108,12 +108,15 @@ def test_a_buffer_used_on_another_stream_waits_for_it_then_frees(pool, monkeypat
     waits = []
     monkeypatch.setattr(rt, "stream_wait", lambda waiter, on: waits.append((waiter, on)))
     other = rt.RawStream.__new__(rt.RawStream)
-    other.cu, other.ordinal = 0, 0
+    other.cu, other.handle, other.ordinal = 0x77, 0x77, 0
     b = Buffer(4096, s)
     ptr = b.ptr
     b.used_on(other)
+    assert waits == [(other, s)]                       # the use waits for the allocation's stream
+    b.used_on(other)
+    assert len(waits) == 1                             # once
     del b
-    assert waits == [(s, other)]
+    assert waits == [(other, s), (s, other)]           # the free waits for the use
     assert s.reuse.get(4096) == [ptr]                  # then kept: the wait orders the next user
 
 
