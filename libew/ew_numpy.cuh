@@ -432,7 +432,8 @@ __device__ __forceinline__ T floor_divide_int(T a, T b) {
   if (b == T(0)) return T(0);
   if (b == T(-1)) return wrap_sub(T(0), a);
   const T q = div_c(a, b);
-  return (rem_c(a, b) != T(0) && ((a < T(0)) != (b < T(0)))) ? static_cast<T>(q - T(1)) : q;
+  const T r = static_cast<T>(a - q * b);      // C's remainder: |q b| <= |a|, so this cannot overflow
+  return (r != T(0) && ((a < T(0)) != (b < T(0)))) ? static_cast<T>(q - T(1)) : q;
 }
 
 template <typename T>
