@@ -65,6 +65,8 @@ def test_astype_matches_numpy(rng):
         np.testing.assert_array_equal(d.astype("float16").get(), a.astype(np.float16))
     np.testing.assert_array_equal(d.astype("float64").get(), a.astype(np.float64))
     np.testing.assert_array_equal(d.astype("float32").get(), a)
+    np.testing.assert_array_equal(d.astype("int32").get(), a.astype(np.int32))      # toward zero
+    np.testing.assert_array_equal(d.astype("int64").get(), a.astype(np.int64))
     with pytest.raises(TypeError, match="no cast"):
         d.astype("uint32")
 
