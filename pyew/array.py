@@ -7,12 +7,15 @@ import itertools
 import math
 import operator
 import sys
+import threading
 
 import numpy as np
 
 from . import dlpack, library, pinned, transfer
 from . import dtypes as dt
 from . import runtime as rt
+
+_others_lock = threading.Lock()
 
 
 class Buffer:
@@ -31,10 +34,11 @@ class Buffer:
 
     def read_by(self, stream) -> None:
         """Another GPU's stream reads this buffer (a peer copy): the free waits for it."""
-        if self.others is None:
-            self.others = []
-        if stream not in self.others:
-            self.others.append(stream)
+        with _others_lock:          # two threads adding streams at once keep both
+            if self.others is None:
+                self.others = []
+            if stream not in self.others:
+                self.others.append(stream)
 
     def used_on(self, stream) -> None:
         last = self.last
@@ -44,10 +48,7 @@ class Buffer:
             rt.stream_wait(stream, last)
         self.last = stream
         if stream is not self.stream:
-            if self.others is None:
-                self.others = []
-            if stream not in self.others:
-                self.others.append(stream)
+            self.read_by(stream)
 
     def __del__(self):
         if not self.ptr:
@@ -391,6 +392,8 @@ class DeviceArray:
             stop = max(stop, start)
             return DeviceArray(self._buf, self.ptr + start * row, (stop - start,) + self.shape[1:], self.info)
         try:
+            if isinstance(key, (bool, np.bool_)):       # numpy reads d[True] as a new axis, not row 1
+                raise TypeError
             i = operator.index(key)
         except TypeError:
             raise IndexError(f"DeviceArray supports d[i] and d[a:b] on the first axis, not {key!r}") from None

@@ -150,7 +150,24 @@ def op_dtype(op, operands: list[Operand]) -> dt.DType:
         result = first.np
     else:
         result = result_dtype(free, op.name)
-    return kernel_dtype(result, op.dtypes, op.name, numpy_name(op))
+    name = numpy_name(op)
+    if name in _COMPARISONS and result.kind in "iu":
+        result = _wide_enough(result, free)
+    return kernel_dtype(result, op.dtypes, op.name, name)
+
+
+_COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
+
+
+def _wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
+    """An integer comparison with a Python int its dtype cannot hold: numpy 2 still answers it
+    (int32 == 2**40 is False), so it runs in int64, which holds any such int that fits 64 bits."""
+    lim = np.iinfo(result)
+    for o in operands:
+        v = o.value
+        if o.kind == SCALAR and o.info is None and type(v) is int and not lim.min <= v <= lim.max:
+            return np.dtype(np.int64)
+    return result
 
 
 def scalar_value(o: Operand, info: dt.DType, op: str):

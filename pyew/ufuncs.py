@@ -347,7 +347,9 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     name = ufunc.__name__
     out = kwargs.pop("out", None)
     outs = out if out is not None else ()
-    if not all(takes(x) for x in inputs) or not all(x is None or takes(x) for x in outs):
+    # np.add.at(d, indices, v): the indices are no operand, and the method is refused by name below
+    operands = inputs[:1] + inputs[2:] if method == "at" else inputs
+    if not all(takes(x) for x in operands) or not all(x is None or takes(x) for x in outs):
         return NotImplemented           # an operand of another library's: numpy asks it next
     if method != "__call__":
         raise TypeError(f"numpy's {name}.{method} is not supported on DeviceArrays: pyew's ops are elementwise "

@@ -659,3 +659,27 @@ def test_in_place_with_a_list_casts_as_numpy(lib):
     with pytest.raises(TypeError):
         i += [0.5, 1, 2, 3]               # float into int: numpy refuses too
     np.testing.assert_array_equal(i.get(), [1, 3, 5, 7])
+
+
+@needs_lib
+def test_comparing_ints_with_a_python_int_they_cannot_hold(lib):
+    """numpy 2 answers int32 == 2**40 (False) instead of refusing the number: pyew compares in int64."""
+    h = np.array([-5, 0, 7], np.int32)
+    d = pyew.asarray(h)
+    for v in (2 ** 40, -(2 ** 40)):
+        for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
+            if ufunc_op(name) is None:
+                continue
+            got = getattr(np, name)(d, v)
+            assert got.dtype == np.bool_
+            np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")
+    with pytest.raises(OverflowError):
+        pyew.add(d, 2 ** 40)                        # arithmetic refuses it, as numpy does
+
+
+def test_indexing_refuses_bools_and_ufunc_at_is_named():
+    d = _bare((4,))
+    with pytest.raises(IndexError, match="not True"):
+        d[True]
+    with pytest.raises(TypeError, match=r"add\.at is not supported"):
+        np.add.at(d, slice(0, 2), 1)
