@@ -10,7 +10,8 @@ COMMANDS = {
     "ops": ("pyew.cli_info:ops", "a table of the loaded library's ops, their dtypes and params"),
     "bench": ("pyew.bench.cli:main", "benchmark every op against the copy ceiling, a naive kernel, "
                                      "PyTorch, CuPy, numpy and numexpr"),
-    "cache": ("pyew.jit:cli", "show the kernel cache of fused formulas (PYEW_CACHE_DIR); --clear empties it"),
+    "cache": ("pyew.jit:cli", "show the kernel cache of fused formulas (PYEW_CACHE_DIR); --clear deletes "
+                              "what pyew wrote there"),
     "bench-dask": ("pyew.bench.dask_scaling:main", "gelu(x * w + b) over a dask array on 1, 2, 4... GPUs "
                                                    "(dask-cuda), numpy and CuPy chunks"),
 }

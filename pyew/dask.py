@@ -15,9 +15,8 @@ work queues on CuPy's current stream, so CuPy code that follows is ordered after
 
 `map_blocks(func, *args)` runs a function of DeviceArrays per chunk: numpy chunks go to the GPU
 once, every op of `func` runs there, and the result comes back once, into page-locked memory from
-pyew's pool while it has room (pyew.empty_pinned), so that copy is a single DMA. With numpy
-chunks that is the way to run a pipeline of several ops: the op functions move each chunk across
-PCIe per op.
+pyew's pool while it has room (pyew.empty_pinned), so that copy is a single DMA. It runs any
+function of DeviceArrays; a chain of the op functions fuses into one formula per chunk by itself.
 
 On a cluster each worker's pyew uses its current GPU: dask-cuda's LocalCUDACluster gives every
 worker its own GPU as device 0 (CUDA_VISIBLE_DEVICES), so nothing pyew-specific is configured.

@@ -518,7 +518,7 @@ def cli(argv) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="python -m pyew cache", description="The disk cache of fused formulas' "
                                  "kernels: $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels.")
-    ap.add_argument("--clear", action="store_true", help="delete every cached kernel")
+    ap.add_argument("--clear", action="store_true", help="delete the cached kernels (and pyew's other files there)")
     a = ap.parse_args(argv)
     if a.clear:
         print(f"removed {cache_clear()} file(s) from {cache_dir()}")

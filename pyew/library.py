@@ -34,9 +34,9 @@ _PACKAGE = Path(__file__).resolve().parent
 _REPO = _PACKAGE.parent
 BUNDLED = _PACKAGE / "_lib" / "libew.so"
 # C type of each argument kind of the ABI (generator/ writes the kinds into the manifest).
-_ABI_CTYPES = {"out": ctypes.c_void_p, "in": ctypes.c_void_p, "stream": ctypes.c_void_p,
-               "i64": ctypes.c_int64, "f64": ctypes.c_double, "i32": ctypes.c_int,
-               "layout": ctypes.c_void_p, "u64": ctypes.c_uint64}
+ABI_CTYPES = {"out": ctypes.c_void_p, "in": ctypes.c_void_p, "stream": ctypes.c_void_p,
+              "i64": ctypes.c_int64, "f64": ctypes.c_double, "i32": ctypes.c_int,
+              "layout": ctypes.c_void_p, "u64": ctypes.c_uint64}
 # Argument kind -> the C extension's conversion code (pyew/_ewcall.c).
 _EXT_CODES = {"out": "p", "in": "p", "stream": "p", "layout": "p", "i64": "l", "f64": "d", "i32": "i", "u64": "u"}
 _DEFAULT_BUILD = "make all"
@@ -170,7 +170,7 @@ def op_of(o: dict, bind=None) -> Op:
         entries = []
         for e in k["entries"] if bind is not None else ():
             args = tuple((str(a), str(kind)) for a, kind in e["args"])
-            unknown = [kind for _, kind in args if kind not in _ABI_CTYPES]
+            unknown = [kind for _, kind in args if kind not in ABI_CTYPES]
             if unknown:
                 raise ValueError(f"entry {e['symbol']} has argument kind(s) {unknown} this pyew does not know")
             entries.append(Entry(e["role"], e["symbol"], args, bind(e, args)))
@@ -263,7 +263,7 @@ class Library:
                 return self.ext.bind(address, "".join(_EXT_CODES[kind] for _, kind in args), entry["symbol"])
             except ValueError:      # more arguments than the extension takes (a spec with many params)
                 pass
-        return self._declare(entry["symbol"], [_ABI_CTYPES[kind] for _, kind in args])
+        return self._declare(entry["symbol"], [ABI_CTYPES[kind] for _, kind in args])
 
     def _parse(self, raw: dict) -> Manifest:
         try:

@@ -157,7 +157,7 @@ class _Pool:
                 self.held -= size
         return self.held + need <= self.limit
 
-    def give_back(self, ptr: int, size: int, kept: bool) -> None:
+    def put_back(self, ptr: int, size: int, kept: bool) -> None:
         """Called from __del__: never waits for the lock (see `returned`)."""
         if not kept:
             host_free(ptr)
@@ -223,7 +223,7 @@ class _Block:
 
     def __del__(self):
         if self.ptr:
-            self.pool.give_back(self.ptr, self.size, self.kept)
+            self.pool.put_back(self.ptr, self.size, self.kept)
             self.ptr = 0
 
 

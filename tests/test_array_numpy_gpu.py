@@ -442,3 +442,13 @@ def test_bool_inputs_run_numpys_loops():
     if "subtract" in TABLE:
         with pytest.raises(TypeError, match="numpy's subtract refuses bool"):
             b - c
+
+
+def test_comparisons_with_python_ints_out_of_range(rng):
+    h = rng.integers(-2**31, 2**31 - 1, 4099).astype(np.int32)
+    d = pyew.asarray(h)
+    for v in (2**40, -(2**40), 2**31, -(2**31) - 1):
+        for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
+            if name in TABLE:
+                got = getattr(np, name)(d, v)
+                np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..library import _ABI_CTYPES
+from ..library import ABI_CTYPES
 
 
 def load(path: Path, spec_files) -> dict:
@@ -20,7 +20,7 @@ def load(path: Path, spec_files) -> dict:
     entries = {}
     for e in doc["entries"]:
         fn = getattr(cdll, e["symbol"])
-        fn.argtypes, fn.restype = [_ABI_CTYPES[kind] for _, kind in e["args"]], ctypes.c_int
+        fn.argtypes, fn.restype = [ABI_CTYPES[kind] for _, kind in e["args"]], ctypes.c_int
         entries[(e["op"], e["dtype"], e["role"])] = (e["symbol"], fn)
     return entries
 

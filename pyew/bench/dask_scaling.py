@@ -2,7 +2,7 @@
 (dask-cuda's LocalCUDACluster, a worker per GPU), chunks on the host (numpy) or the GPUs (CuPy). x is
 (N / 4096, 4096) in row blocks of --chunk elements, persisted first; a timed repeat persists --in-flight
 pipelines (keys of their own) and waits: 8 bytes per element. Variants:
-  ops         ed.gelu(ed.add(ed.mul(x, w), b)): three pyew ops per chunk, fused by dask into one task
+  ops         ed.gelu(ed.add(ed.mul(x, w), b)): three pyew.dask ops, fused into one formula per chunk
   map_blocks  ed.map_blocks(f, x), f = lambda c: pyew.gelu(pyew.add(pyew.mul(c, w), b))
   cupy        CuPy's own ops on CuPy chunks (x * w + b, then 0.5 v (1 + erf(v / sqrt 2))), for scale
   none        each chunk passed through: dask's own cost of a timed repeat, the floor
