@@ -186,6 +186,9 @@ def _name(value, path, op, fld, what):
 
 
 def _expression(text, path, op, fld):
+    for i, ch in enumerate(text):       # invisible ones would join identifiers: relu\u200b(x)
+        if ch != " " and unicodedata.category(ch) in ("Zs", "Cf"):
+            _fail(path, op, fld, f"holds the invisible character U+{ord(ch):04X} at offset {i}; write spaces as ' '")
     try:
         return ex.check(text)
     except ex.ExprError as e:
@@ -318,8 +321,8 @@ def parse_op(entry, path, index: int = 1) -> Op:
         except (ValueError, RecursionError, MemoryError) as e:
             _fail(path, name, "ref", f"not a Python expression: {nm.show(str(e) or type(e).__name__)}")
     out = entry.get("out")
-    if out is not None and (not isinstance(out, str) or out not in dt.BY_NAME):
-        _fail(path, name, "out", f"unknown dtype {nm.show(out)}; known: {', '.join(dt.BY_NAME)}")
+    if out is not None and (not isinstance(out, str) or out not in kind.dtypes):
+        _fail(path, name, "out", f"a '{kind_name}' op's output is one of {', '.join(kind.dtypes)}; not {nm.show(out)}")
     pair = entry.get("pair", {})
     if not isinstance(pair, dict):
         _fail(path, name, "pair", f"must be a table {{dtype = \"paired expression\"}}, not {nm.show(pair)}")

@@ -386,11 +386,14 @@ def traced_call(op: str, args, params: dict) -> Traced:
                                                                           else v.item()) for k, v in params.items()))))
 
 
-def trace_if_traced(name: str, args, kwargs):
-    """For the op functions: a call with a traced operand (inside pyew.fuse) builds the tree; None
-    for an ordinary call."""
+def trace_if_traced(name: str, args, kwargs, fusable: bool = True):
+    """For the op functions: a call with a traced operand (inside pyew.fuse) builds the tree (or,
+    for an op a formula cannot hold, raises); None for an ordinary call."""
     for a in args:
         if isinstance(a, Traced):
+            if not fusable:
+                raise TypeError(f"pyew.fuse: {name} is not an elementwise map op, so it cannot be part of a fused "
+                                "formula; call it outside the fused function")
             params = {k: v for k, v in kwargs.items() if k not in ("out", "stream")}
             return traced_call(name, args, params)
     return None

@@ -147,6 +147,11 @@ def load_spec(path) -> SpecOps:
         if op.kind != "map":
             raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'kind': {op.kind!r}: pyew.load_spec compiles "
                                   "map ops only; build other kinds into the library with make")
+        elsewhere = sorted(set(op.calls) & (set(_ops) - {o.name for o in mine}))
+        if elsewhere:           # their device functions are not in this file's headers
+            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'expr': calls {', '.join(elsewhere)}, an op of "
+                                  "another file pyew.load_spec loaded; an op may call the library's ops and the ops "
+                                  "of its own file: put them in one file")
     headers = {op.name: render.fn_header(op, spec) for op in mine}
     entries = {op.name: render.op_entry(op, spec) for op in mine}
     digest = hashlib.sha256("\0".join(f"{n}\0{h}" for n, h in sorted(headers.items())).encode()).hexdigest()
@@ -219,6 +224,24 @@ def _write(folder: Path, headers: dict[str, str]) -> None:
             raise
 
 
+_TREES_MAX = 1024
+
+
+def _exact(items):
+    """Params as a dict key that tells what == does not: -0.0 from 0.0 and True from 1 (by type and
+    a float's hex; NaN equal to itself); None for values of other types (not kept)."""
+    key = []
+    for k, v in items:
+        t = type(v)
+        if t is float:
+            key.append((k, t, v.hex()))
+        elif t is int or t is bool:
+            key.append((k, t, v))
+        else:
+            return None
+    return tuple(key)
+
+
 def _function(op: library.Op):
     """op as a Python function: the formula `op(inputs..., params...)` run on the call path."""
     inputs = list(op.inputs)
@@ -233,12 +256,16 @@ def _function(op: library.Op):
             return traced
         if len(args) != len(inputs):
             raise TypeError(f"{op.name}() takes {len(inputs)} input(s) ({', '.join(inputs)}), got {len(args)}")
-        key = tuple(sorted(params.items()))
-        tree = trees.get(key)
+        key = _exact(sorted(params.items()))
+        tree = trees.get(key) if key is not None else None
         if tree is None:                  # checked and filled in as a library op's params are
             values = call.param_values(op, params)
-            tree = trees[key] = by_values.setdefault(values, Call(op.name, tuple(Var(n) for n in inputs),
-                                                                  tuple(sorted(zip(names, values)))))
+            tree = Call(op.name, tuple(Var(n) for n in inputs), tuple(sorted(zip(names, values))))
+            exact = _exact(zip(names, values))
+            if exact is not None and len(by_values) < _TREES_MAX:
+                tree = by_values.setdefault(exact, tree)      # one tree (one plan) per value
+                if key is not None:
+                    trees[key] = tree
         from . import fused
         return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
 

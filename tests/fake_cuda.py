@@ -270,6 +270,9 @@ def disarm() -> None:
     for obj in gc.get_objects():
         if type(obj) is Buffer and obj.ptr in fake:
             obj.ptr = 0
+    for d in streams.defaults.values():      # buffers kept for reuse are the stand-in's memory too
+        d.reuse.clear()
+        d.held = 0
     rt.forget()
     _installed.clear()
 

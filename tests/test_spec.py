@@ -82,7 +82,9 @@ def test_default_spec_loads():
     (GOOD.replace('inputs = ["x"]', 'inputs = []'), r"field 'inputs'"),
     (GOOD + 'params = [{ name = "a", type = "complex" }]\n', r"field 'params': param 'a': type must be"),
     (GOOD + 'params = [{ name = "a", type = "int", default = 1.5 }]\n', r"default 1.5 is not a int"),
-    (GOOD + 'out = "float8"\n', r"field 'out': unknown dtype"),
+    (GOOD + 'out = "float8"\n', r"field 'out': a 'map' op's output is one of .*; not 'float8'"),
+    (GOOD + 'out = "uint32"\n', r"field 'out': a 'map' op's output is one of .*; not 'uint32'"),
+    (GOOD.replace('expr = "x + x"', 'expr = "x\u00a0+ x"'), r"field 'expr': holds the invisible character U\+00A0"),
     (GOOD + 'pair = { int32 = "x" }\n', r"field 'pair': dtype 'int32' has no paired type"),
     (GOOD + 'kind = "reduce"\n', r"field 'kind': unknown kind 'reduce'"),
     (GOOD + 'tuning = "fast"\n', r"op 'twice': field 'tuning': must be one of 'memory', 'compute'"),
@@ -385,7 +387,7 @@ def test_param_defaults_at_the_limits(param, value):
 
 @pytest.mark.parametrize("fields,match", [
     (dict(kind="[]"), r"field 'kind': unknown kind \[\]"),
-    (dict(out="{}"), r"field 'out': unknown dtype \{\}"),
+    (dict(out="{}"), r"field 'out': a 'map' op's output is one of .*; not \{\}"),
     (dict(dtypes="[[1]]"), r"field 'dtypes': entry \[1\] is not a dtype name"),
     (dict(tuning="[]"), r"field 'tuning': must be one of"),
     (dict(name="1979-05-27"),

@@ -187,6 +187,12 @@ BAD_CALLS = [
     (lambda: pyew.relu_mask(f32(40), out=(None, np.zeros(1, np.uint32))), ValueError,
      r"the mask\): out is uint32 \(1,\), the result is uint32 \(2,\)"),
     (lambda: pyew.relu_mask(f32(40), out=(f32(41), None)), ValueError, r"out is float32 \(41,\)"),
+    (lambda: pyew.relu_mask(f32(64), out=(None, np.zeros(4, np.uint32)[::2])), ValueError,
+     r"relu_mask: out\[1\] \(the mask\) must be C-contiguous"),
+    (lambda: pyew.fuse(lambda a: pyew.dot(a, a) + 1)(f32(8)), TypeError,
+     "pyew.fuse: dot is not an elementwise map op"),
+    (lambda: pyew.fuse(lambda a: pyew.relu_mask(a))(f32(8)), TypeError,
+     "pyew.fuse: relu_mask is not an elementwise map op"),
     (lambda: pyew.relu_mask(fake((40,), "float32"), out=(f32(40), None)), TypeError, "out must be a GPU array"),
     (lambda: pyew.relu_mask(fake((40,), "float32"), out=(None, fake((2,), "int32"))), ValueError, "out is int32"),
     # relu_mask_backward

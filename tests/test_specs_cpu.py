@@ -212,6 +212,30 @@ def test_a_call_builds_one_tree_per_param_values(monkeypatch):
     assert trees[2][0].params == (("beta", 2.0),) and trees[2][1] == {"x": [2.0]}
 
 
+def test_param_values_equal_to_python_but_not_to_numbers_get_their_own_trees(monkeypatch):
+    """-0.0 and 0.0 are equal as dict keys, and NaN is not equal to itself: the trees are kept
+    under the values' bits, so beta=-0.0 never runs beta=0.0's formula."""
+    ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    trees = []
+    monkeypatch.setattr(fused, "run", lambda tree, values, text, **kw: trees.append(tree))
+    ops.softplus([1.0], beta=0.0)
+    ops.softplus([1.0], beta=-0.0)
+    ops.softplus([1.0], beta=float("nan"))
+    ops.softplus([1.0], beta=float("nan"))
+    assert str(trees[1].params[0][1]) == "-0.0" and trees[0] is not trees[1]
+    assert trees[2] is trees[3]                     # one tree for NaN, not one per call
+    with pytest.raises(TypeError):
+        ops.softplus([1.0], beta=[2.0])
+
+
+def test_an_op_may_not_call_an_op_of_another_loaded_file(tmp_path):
+    a, b = fresh("first"), fresh("second")
+    pyew.load_spec(spec_file(tmp_path, op_toml(a, expr="x * C(2)", ref="x * 2"), "a.toml"))
+    with pytest.raises(ValueError,
+                       match=rf"op '{b}': field 'expr': calls {a}, an op of another file"):
+        pyew.load_spec(spec_file(tmp_path, op_toml(b, expr=f"{a}(x) + x", ref="x * 3"), "b.toml"))
+
+
 def test_without_the_generator_or_nvrtc_load_spec_says_what_to_install(monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "generator", None)

@@ -30,9 +30,12 @@ def binder(kind: str):
     return register
 
 
-def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str) -> Callable:
+def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str,
+                  fusable: bool = True) -> Callable:
+    """An op's Python function; `fusable`: a map op, which pyew.fuse traces into its formula (the
+    special kernels are whole-array operations a formula cannot hold)."""
     def op(*args, **kwargs):
-        traced = trace_if_traced(name, args, kwargs)     # inside pyew.fuse: build the formula instead
+        traced = trace_if_traced(name, args, kwargs, fusable)     # inside pyew.fuse: build the formula
         if traced is not None:
             return traced
         if several():

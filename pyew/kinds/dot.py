@@ -69,4 +69,4 @@ def bind_dot(op: library.Op):
         "summation error.",
         f"dtypes: {', '.join(k.dtype.name for k in op.kernels)}. out= (size 1) and stream= as for the other ops.",
     ])
-    return {op.name: make_function(op.name, d.__call__, params, doc)}
+    return {op.name: make_function(op.name, d.__call__, params, doc, fusable=False)}

@@ -56,4 +56,5 @@ def bind_mask_backward(op: library.Op):
         f"dtypes: {', '.join(d.name for d in op.dtypes)}. numpy in -> numpy out, GPU in -> DeviceArray out; "
         "out=, stream=.",
     ])
-    return {op.name: make_function(op.name, m.__call__, positional(("dy", "mask")) + list(OUT_STREAM), doc)}
+    return {op.name: make_function(op.name, m.__call__, positional(("dy", "mask")) + list(OUT_STREAM), doc,
+                                   fusable=False)}

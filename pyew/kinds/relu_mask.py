@@ -49,6 +49,7 @@ class ReluMaskOp:
         y_out = call.check_out(y_out, device, p.shape, info, f"{name} (out[0], y)", s)
         m_out = call.check_out(m_out, device, (mask_words(n),), MASK, f"{name} (out[1], the mask)", s)
         contiguous_host_out(y_out, name, "out[0]")
+        contiguous_host_out(m_out, name, "out[1] (the mask)")
         if device:
             for o in (y_out, m_out):
                 if o is not None:
@@ -85,4 +86,5 @@ class ReluMaskOp:
 @binder("relu_mask")
 def bind_relu_mask(op: library.Op):
     m = ReluMaskOp(op)
-    return {op.name: make_function(op.name, m.__call__, positional(op.inputs) + list(OUT_STREAM), m.doc())}
+    return {op.name: make_function(op.name, m.__call__, positional(op.inputs) + list(OUT_STREAM), m.doc(),
+                                   fusable=False)}

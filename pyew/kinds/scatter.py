@@ -101,4 +101,4 @@ def bind_scatter_add(op: library.Op):
         "fixed, so low bits may vary between runs.",
         f"dtypes: {', '.join(d.name for d in op.dtypes)}. stream= runs on a pyew.Stream.",
     ])
-    return {op.name: make_function(op.name, sc.__call__, params, doc)}
+    return {op.name: make_function(op.name, sc.__call__, params, doc, fusable=False)}

@@ -123,5 +123,5 @@ def bind_upsample(op: library.Op):
         f"dx = {op.name}_backward(dy, scale=2) or {op.name}_backward(dy, input_size=(H, W)) for dy of shape "
         "(N, C, OH, OW); dx has shape (N, C, H, W). The windows are PyTorch's (ceil(i * OH / H) ..., in "
         "float32), so the result equals torch's gradient bit for bit in float32.", dts])
-    return {op.name: make_function(op.name, u.forward, fwd, fdoc),
-            f"{op.name}_backward": make_function(f"{op.name}_backward", u.backward, bwd, bdoc)}
+    return {op.name: make_function(op.name, u.forward, fwd, fdoc, fusable=False),
+            f"{op.name}_backward": make_function(f"{op.name}_backward", u.backward, bwd, bdoc, fusable=False)}
