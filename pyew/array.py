@@ -15,14 +15,45 @@ from . import dlpack, library, pinned, transfer
 from . import dtypes as dt
 from . import runtime as rt
 
-_others_lock = threading.Lock()
+_order_lock = threading.Lock()      # the streams of an array's uses, changed by several threads
 
 
-class Buffer:
+class _Ordered:
+    """The order of an array's uses across streams: a write waits for the last write and for the
+    reads since it, a read for the last write alone, so reads on several streams still overlap.
+    `last` is the stream of the last write (what a consumer waits for), `readers` the other
+    streams that read since."""
+    __slots__ = ()
+
+    def read_on(self, stream) -> None:
+        if self.last is stream:
+            return
+        with _order_lock:
+            readers = self.readers
+            if readers is not None and stream in readers:
+                return
+            last = self.last
+            if _other(last, stream):
+                rt.stream_wait(stream, last)
+            self.readers = [stream] if readers is None else [*readers, stream]
+        self.read_by(stream)
+
+    def used_on(self, stream) -> None:
+        if self.last is stream and self.readers is None:
+            return
+        with _order_lock:
+            for s in (self.last, *(self.readers or ())):
+                if _other(s, stream):
+                    rt.stream_wait(stream, s)
+            self.set_last(stream)
+            self.readers = None
+        self.read_by(stream)
+
+
+class Buffer(_Ordered):
     """Owns one pool allocation. Freed on its own stream when the last view goes away; streams it
-    was used on besides that one are waited for first, so the free cannot overtake their work.
-    `last` is the stream that last queued work on it: what a consumer must wait for."""
-    __slots__ = ("ptr", "nbytes", "stream", "others", "last", "__weakref__")
+    was used on besides that one are waited for first, so the free cannot overtake their work."""
+    __slots__ = ("ptr", "nbytes", "stream", "others", "last", "readers", "__weakref__")
 
     def __init__(self, nbytes: int, stream):
         self.ptr = 0
@@ -31,24 +62,20 @@ class Buffer:
         self.nbytes = nbytes
         self.stream = stream
         self.last = stream
+        self.readers = None
+
+    def set_last(self, stream) -> None:
+        self.last = stream
 
     def read_by(self, stream) -> None:
-        """Another GPU's stream reads this buffer (a peer copy): the free waits for it."""
-        with _others_lock:          # two threads adding streams at once keep both
+        """A stream of this or another GPU (a peer copy) uses this buffer: the free waits for it."""
+        if stream is self.stream:
+            return
+        with _order_lock:          # two threads adding streams at once keep both
             if self.others is None:
                 self.others = []
             if stream not in self.others:
                 self.others.append(stream)
-
-    def used_on(self, stream) -> None:
-        last = self.last
-        if last is stream:
-            return
-        if _other(last, stream):
-            rt.stream_wait(stream, last)
-        self.last = stream
-        if stream is not self.stream:
-            self.read_by(stream)
 
     def __del__(self):
         if not self.ptr:
@@ -69,11 +96,11 @@ class Buffer:
         rt.free(self.ptr, self.stream, self.nbytes)
 
 
-class Foreign:
+class Foreign(_Ordered):
     """Memory another library owns (imported through CUDA Array Interface or DLPack): `owner`
     keeps it alive. pyew cannot order the owner's frees after its own work, so, as with any
     consumer of these protocols, the producer's object must outlive the work queued on it."""
-    __slots__ = ("owner", "ordinal", "used", "read_only", "__weakref__")
+    __slots__ = ("owner", "ordinal", "used", "read_only", "readers", "__weakref__")
 
     def __init__(self, owner, read_only: bool = False, ordinal: int = 0, stream=None):
         # An operand is imported on every call that takes one: the streams are looked up only
@@ -83,6 +110,7 @@ class Foreign:
         self.ordinal = ordinal
         self.used = stream
         self.read_only = read_only
+        self.readers = None
 
     @property
     def stream(self):
@@ -92,12 +120,7 @@ class Foreign:
     def last(self):
         return self.used if self.used is not None else rt.default_stream(self.ordinal)
 
-    def used_on(self, stream) -> None:
-        if self.used is stream:
-            return
-        last = self.last
-        if _other(last, stream):
-            rt.stream_wait(stream, last)
+    def set_last(self, stream) -> None:
         self.used = stream
 
     def read_by(self, stream) -> None:
@@ -239,12 +262,18 @@ class DeviceArray:
         return self._buf.stream.ordinal
 
     def used_on(self, stream) -> None:
-        """Work queued on `stream` next uses this array: `stream` first waits (on the GPU) for the
-        work last queued on it on another stream, so uses of an array run in the order they were
-        queued whatever their streams; its memory is not freed before that work ran, and a consumer
-        of it (DLPack, the CUDA Array Interface) waits for that stream. Every pyew call does this
-        for its arrays."""
+        """Work queued on `stream` next writes this array (or may: torch's record_stream): `stream`
+        first waits (on the GPU) for the last write and the reads since on other streams; its
+        memory is not freed before that work ran, and a consumer of it (DLPack, the CUDA Array
+        Interface) waits for that stream. pyew's calls do this for what they write, and read_on
+        for what they read, so uses of an array run in the order they were queued whatever their
+        streams, and reads on several streams still overlap."""
         self._buf.used_on(stream)
+
+    def read_on(self, stream) -> None:
+        """Work queued on `stream` next reads this array: `stream` first waits for its last write
+        on another stream; its memory is not freed before that work ran."""
+        self._buf.read_on(stream)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -369,7 +398,7 @@ class DeviceArray:
             raise ValueError(f"out must be a writeable {self.dtype} numpy array of shape {self.shape}, got "
                              + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__))
         if self.size:
-            self._buf.used_on(s)
+            self._buf.read_on(s)
             transfer.to_host(self.ptr, out, s)
         return out
 
@@ -403,10 +432,11 @@ class DeviceArray:
         return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self.info)
 
     def __setitem__(self, key, value):
-        """d[i] = v and d[a:b] = v (the views of __getitem__): a number, or an array of the view's
-        dtype-castable values (numpy's unsafe casting, as numpy's assignment has it; host data
-        broadcast to the view's shape, a GPU array of its shape). d[a:b] += 1 has already written
-        in place when Python stores the view back: that store is the same memory and does nothing."""
+        """d[i] = v and d[a:b] = v (the views of __getitem__): a number or host data, assigned as
+        numpy assigns (its casting, overflow errors and broadcasting), or a GPU array of the view's
+        shape (converted on the GPU; from another GPU copied here first; one overlapping the view
+        read before it is written). d[a:b] += 1 has already written in place when Python stores
+        the view back: that store is the same memory and does nothing."""
         target = self[key]
         if type(value) is DeviceArray and aliasing(target, value) == SAME:
             return
@@ -415,37 +445,37 @@ class DeviceArray:
         with rt.on(self._buf.stream.ordinal):
             s = rt.resolve_stream(None)
             if type(value) is not DeviceArray and not _is_host_data(value):
-                from .interop import import_device  # GPU arrays of other libraries
-                value = import_device(value, s, "__setitem__", "value") or value
+                from .interop import device_index, import_device  # GPU arrays of other libraries
+                at = device_index(value)
+                if at is not None:
+                    with rt.on(at):
+                        value = import_device(value, rt.resolve_stream(None), "__setitem__", "value")
             if type(value) is DeviceArray:
                 if value.shape != target.shape:
                     raise ValueError(f"could not assign a GPU array of shape {value.shape} to a view of shape "
                                      f"{target.shape}; give one of that shape (host data broadcasts)")
+                if value.ordinal != target.ordinal:
+                    value = value.to_device(target.ordinal)
+                elif aliasing(target, value) != SEPARATE:       # d[1:] = d[:-1]: as numpy, a memmove
+                    value = value.copy(s)
                 if value.info is target.info:
                     copy_into(target, value, s)
                 else:
                     cast(value, target.info, s, out=target)
                 return
             try:
-                host = np.asarray(value)
-                if host.dtype == object:
-                    raise TypeError
-                host = np.broadcast_to(host.astype(target.dtype), target.shape)
-            except TypeError:
-                raise TypeError(f"cannot assign a {type(value).__name__} to a DeviceArray: give a number or an "
-                                "array") from None
-            except ValueError as e:
-                raise ValueError(f"could not assign shape {np.shape(value)} to a view of shape {target.shape}: "
-                                 f"{e}") from None
+                host = np.empty(target.shape, target.dtype)
+                host[...] = value               # numpy's own assignment: its casts, errors, broadcasting
+            except (TypeError, ValueError, OverflowError) as e:
+                raise type(e)(f"could not assign {type(value).__name__} {np.shape(value)} to a DeviceArray view "
+                              f"of {target.dtype} {target.shape}: {e}") from None
             target.used_on(s)
-            if not host.ndim or host.strides == (0,) * host.ndim:        # one value: a fill
-                one = np.ascontiguousarray(host.reshape(-1)[:1])
-                bits = int(one.view(f"u{target.itemsize}")[0]) if host.size else 0
-                if target.size:
-                    from .call import fill  # call sits above this module
-                    fill(target.ptr, target.size, target.info, bits, s)
+            if target.size and np.ndim(value) == 0:          # one value: a fill
+                bits = int(host.reshape(-1)[:1].view(f"u{target.itemsize}")[0])
+                from .call import fill  # call sits above this module
+                fill(target.ptr, target.size, target.info, bits, s)
                 return
-            transfer.to_device(np.ascontiguousarray(host), target.ptr, s)
+            transfer.to_device(host, target.ptr, s)
 
     def reshape(self, *shape, order: str = "C", copy: bool | None = None) -> "DeviceArray":
         """The array with another shape of the same size (ints or one tuple; one dimension may be
@@ -489,7 +519,7 @@ class DeviceArray:
         with rt.on(self._buf.stream.ordinal):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
-            self._buf.used_on(s)
+            self._buf.read_on(s)
             rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
 
@@ -603,8 +633,8 @@ def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
         raise ValueError(f"copy_into: dst is {dst.info.name} {dst.shape}, src {src.info.name} {src.shape}")
     with rt.on(dst._buf.stream.ordinal):
         s = rt.resolve_stream(stream)
-        for b in (src._buf, dst._buf):
-            b.used_on(s)
+        src._buf.read_on(s)
+        dst._buf.used_on(s)
         if src.nbytes:
             rt.copy_dtod(dst.ptr, src.ptr, src.nbytes, s.cu)
 
@@ -634,7 +664,7 @@ def cast(a: DeviceArray, info: dt.DType, stream=None, out: DeviceArray | None = 
                         f"{a.info.name} kernel); add it to a spec and rebuild")
     s = rt.resolve_stream(stream)
     res = out if out is not None else DeviceArray.new(a.shape, info, s)
-    a._buf.used_on(s)
+    a._buf.read_on(s)
     res._buf.used_on(s)
     if a.size:
         library.launch(entry, (res.ptr, a.ptr, a.size), s)

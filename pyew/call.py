@@ -358,7 +358,7 @@ def replay(plan: Plan, args: Sequence, out, stream):
         res = out
         out.used_on(stream)
     for i in plan.arrays:
-        args[i].used_on(stream)
+        args[i].read_on(stream)
     if plan.n:
         plan.launch(res.ptr, args, got, stream)
     return res
@@ -500,7 +500,7 @@ def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
             keep.append(d)
         else:
             d = o.value
-            d.used_on(stream)
+            d.read_on(stream)
         ins.append(DevIn(d.ptr, d.shape, None, d.info))
     return ins
 
@@ -572,7 +572,7 @@ def on_device(o: Operand, stream, keep: list) -> DeviceArray:
     """An array operand on the GPU: a GPU array as it is (marked used on the stream), a host array
     copied up through the transfer engine (kept alive in `keep` until the launch is queued)."""
     if o.kind == DEVICE:
-        o.value.used_on(stream)
+        o.value.read_on(stream)
         return o.value
     d = from_host(o.value, stream)
     keep.append(d)

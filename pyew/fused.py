@@ -32,6 +32,7 @@ from . import runtime as rt
 from .array import DeviceArray
 from .formula import Call, Const, FormulaError, Var
 from .operands import (
+    COMPARISONS,
     DEVICE,
     SCALAR,
     Operand,
@@ -41,6 +42,7 @@ from .operands import (
     numpy_name,
     result_dtype,
     scalar_value,
+    wide_enough,
 )
 
 # ---- the vocabulary -------------------------------------------------------------------------------
@@ -106,9 +108,24 @@ def _literal(v, info: dt.DType) -> str:
     return f"static_cast<{info.compute}>({lit})"
 
 
-# values of the call's numbers by type, to learn the type of Python's result for parts of a formula
-# made of them (a part undefined at one, such as 1 / (a - 3), is tried at the next)
-_SAMPLES = ({bool: True, int: 3, float: 2.5}, {bool: False, int: 7, float: 0.37}, {bool: True, int: -5, float: -9.1})
+def _python_result(n: Call, kids: list[type], text: str) -> type:
+    """The type of Python's `n.op` on operands of types `kids` (see Program._python_type)."""
+    op, number = n.op, (float if float in kids else int)
+    if op in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_not", "logical_and"):
+        return bool
+    if op in ("divide", "true_divide", "reciprocal", "sqrt"):
+        return float
+    if op in ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"):
+        if float in kids:
+            raise FormulaError(f"in formula {text!r}: {formula.text(n)} applies {op} to a float")
+        return bool if op not in ("left_shift", "right_shift", "invert") and set(kids) == {bool} else int
+    if op == "power" and number is int:
+        c = n.args[1]
+        if not isinstance(c, Const):
+            raise FormulaError(f"in formula {text!r}: {formula.text(n)} of Python ints is an int or a float by the "
+                               "exponent's sign; write the exponent as a constant, or one operand as a float")
+        return int if c.value >= 0 else float
+    return number          # add, subtract, multiply, floor_divide, remainder, power, negative, positive
 
 
 def _is_float(a: Arg) -> bool:
@@ -194,24 +211,31 @@ class Program:
         (weak, NEP 50), not a float64 or int64 that would promote the formula. Numbers of the
         formula alone fold now; with the call's numbers, the part is computed on the host for each
         call and passed to the kernel as one more number (derived)."""
-        weak = [a for a in self.scalars[:self.given] if a.info is None]
-        sample, error = None, None
-        for values in _SAMPLES:              # the result's type follows the operands' types alone
+        pytype = self._python_type(n)
+        if not formula.variables(n):         # numbers of the formula: folded
             try:
-                sample = formula.python_value(n, {a.name: values[a.pytype] for a in weak})
-                break
+                return None, formula.python_value(n, {})
             except (ArithmeticError, ValueError, TypeError) as e:
-                error = e
-        if sample is None:
-            raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} fails in Python: {error}") from None
-        if not isinstance(sample, (bool, int, float)):
-            raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} is not a real number in Python")
-        if not formula.variables(n):
-            return None, sample              # numbers of the formula: folded
-        arg = Arg(formula.text(n), False, None, type(sample))
+                raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} fails in Python: {e}") from None
+        arg = Arg(formula.text(n), False, None, pytype)
         self.scalars.append(arg)
         self.derived.append(n)
         return None, ("param", len(self.scalars) - 1, arg)
+
+    def _python_type(self, n) -> type:
+        """The type Python's arithmetic gives a part made of Python numbers: from the operands'
+        types (bool, int, float), as Python's rules have it (True + True is an int, 1 / 2 a float)."""
+        if isinstance(n, Const):
+            t = type(n.value)
+        elif isinstance(n, Var):
+            t = self._by_name[n.name].pytype
+        else:
+            kids = [self._python_type(a) for a in n.args]
+            t = _python_result(n, kids, self.text)
+        if t not in (bool, int, float):
+            raise TypeError(f"in formula {self.text!r}: {formula.text(n)} is a {t.__name__}; pyew has no complex "
+                            "dtypes")
+        return t
 
     def _power(self, n: Call, base_info: dt.DType):
         """x ** c (c a Python number of the formula) as numexpr computes it where numpy's result is
@@ -246,11 +270,15 @@ class Program:
         values = list(values)
         if self.derived:
             env = {a.name: v for a, v in zip(self.scalars, values)}
-            for n in self.derived:
+            for n, a in zip(self.derived, self.scalars[self.given:]):
                 try:
-                    values.append(formula.python_value(n, env))
+                    v = formula.python_value(n, env)
                 except (ArithmeticError, ValueError) as e:
                     raise type(e)(f"in formula {self.text!r}: {formula.text(n)}: {e}") from None
+                if type(v) is not a.pytype:        # complex: (-4) ** 0.5
+                    raise TypeError(f"in formula {self.text!r}: {formula.text(n)} = {v!r}, not a {a.pytype.__name__}; "
+                                    "pyew has no complex dtypes")
+                values.append(v)
         return values
 
     def packed(self, values) -> ctypes.Array:
@@ -301,6 +329,10 @@ class Program:
                 operands.append(Operand(name, DEVICE, None, info, ()))
         try:
             result = result_dtype(operands, n.op) if operands else np.dtype(np.float64)
+            if numpy_name(op) in COMPARISONS and result.kind in "iu":
+                # numpy 2 answers int32 < 2**40: a call's Python int may be any, so compare in int64
+                given = any(info is None and isinstance(e, tuple) and e[2].pytype is int for info, e in kids)
+                result = np.dtype(np.int64) if given else wide_enough(result, operands)
             kd = kernel_dtype(result, op.dtypes, n.op, numpy_name(op))
         except TypeError as e:
             raise FormulaError(f"in formula {self.text!r}: {e}") from None
@@ -348,7 +380,10 @@ class Program:
         return f"::ew::convert<{want.compute}>({expr})"
 
     def pack(self, values) -> ctypes.Array:
-        """The functor's bytes for these scalar values (in self.scalars' order)."""
+        """The functor's bytes for these scalar values (in self.scalars' order); a number the kernel
+        never reads (one only a derived part uses) is packed as 0, whatever its size."""
+        read = {i for i, _, _ in self.uses}
+        values = [v if i in read else 0 for i, v in enumerate(values)]
         raw = struct.pack(self.fmt, *values) if values else b"\0" * 8
         return ctypes.create_string_buffer(raw, max(len(raw), 8))
 
@@ -637,15 +672,17 @@ class Fused:
 
 
 def _operand(v) -> bool:
-    """An argument pyew.fuse traces as an operand: an array (with a dtype) or a number. Anything
-    else (a string, None, a flag) is passed to the function as it is while tracing."""
-    return isinstance(v, (bool, int, float, np.generic)) or getattr(v, "dtype", None) is not None
+    """An argument pyew.fuse traces as an operand: an array (with a dtype; a list or tuple as numpy
+    reads it) or a number. Anything else (a string, None, a flag) is passed to the function as it
+    is while tracing."""
+    return isinstance(v, (bool, int, float, np.generic, list, tuple)) or \
+        (not isinstance(v, type) and getattr(v, "dtype", None) is not None)
 
 
 def _kind_of(name: str, v):
     """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
-    if isinstance(v, (bool, int, float)) and not isinstance(v, np.generic):
-        return type(v)
+    if isinstance(v, (bool, int, float, list, tuple)) and not isinstance(v, np.generic):
+        return type(v)                  # its values are the call's, not the trace's
     if _operand(v):
         return str(v.dtype)
     try:

@@ -151,15 +151,15 @@ def op_dtype(op, operands: list[Operand]) -> dt.DType:
     else:
         result = result_dtype(free, op.name)
     name = numpy_name(op)
-    if name in _COMPARISONS and result.kind in "iu":
-        result = _wide_enough(result, free)
+    if name in COMPARISONS and result.kind in "iu":
+        result = wide_enough(result, free)
     return kernel_dtype(result, op.dtypes, op.name, name)
 
 
-_COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
+COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
 
 
-def _wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
+def wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
     """An integer comparison with a Python int its dtype cannot hold: numpy 2 still answers it
     (int32 == 2**40 is False), so it runs in int64, which holds any such int that fits 64 bits."""
     lim = np.iinfo(result)

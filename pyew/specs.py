@@ -262,10 +262,13 @@ def _function(op: library.Op):
             values = call.param_values(op, params)
             tree = Call(op.name, tuple(Var(n) for n in inputs), tuple(sorted(zip(names, values))))
             exact = _exact(zip(names, values))
-            if exact is not None and len(by_values) < _TREES_MAX:
-                tree = by_values.setdefault(exact, tree)      # one tree (one plan) per value
-                if key is not None:
-                    trees[key] = tree
+            kept = by_values.get(exact) if exact is not None else None
+            if kept is not None:
+                tree = kept
+            elif exact is not None and len(by_values) < _TREES_MAX:
+                by_values[exact] = tree                       # one tree (one plan) per value
+            if key is not None and len(trees) < _TREES_MAX:
+                trees[key] = tree
         from . import fused
         return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
 

@@ -122,10 +122,17 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
             return (v, dt.lookup(v.dtype)) if isinstance(v, np.ndarray) else (v, None)
         op = vocab[node.op]
         kids = [ev(a) for a in node.args]
-        from pyew.operands import DEVICE, SCALAR, Operand, kernel_dtype, result_dtype
+        from pyew.formula import PYTHON_OPS
+        from pyew.operands import COMPARISONS, DEVICE, SCALAR, Operand, kernel_dtype, numpy_name, result_dtype
+        if node.operator and node.op in PYTHON_OPS and not node.params and all(i is None for _, i in kids):
+            return PYTHON_OPS[node.op](*[v for v, _ in kids]), None        # Python's arithmetic (weak)
         operands = [Operand(nm, SCALAR, v, None, ()) if i is None else Operand(nm, DEVICE, None, i, ())
                     for nm, (v, i) in zip(op.inputs, kids)]
-        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name)
+        result = result_dtype(operands, op.name)
+        if numpy_name(op) in COMPARISONS and result.kind in "iu" and any(
+                o.kind == SCALAR and type(o.value) is int for o in operands):
+            result = np.dtype(np.int64)             # as the formula's kernel compares Python ints
+        kd = kernel_dtype(result, op.dtypes, op.name, numpy_name(op))
         k = op.kernel(kd)
         params = {p.name: p.default for p in op.params}
         params.update(dict(node.params))

@@ -570,6 +570,9 @@ def test_item_and_slice_assignment(lib):
     b = pyew.asarray(np.zeros(3, bool))
     b[1:] = True
     np.testing.assert_array_equal(b.get(), [False, True, True])
+    m = pyew.asarray(np.arange(6, dtype=np.float32))
+    m[1:] = m[:-1]                                   # overlapping: numpy's result (a memmove)
+    np.testing.assert_array_equal(m.get(), [0, 0, 1, 2, 3, 4])
 
 
 @needs_lib
@@ -579,8 +582,14 @@ def test_bad_assignments_leave_the_array_as_it_was(lib):
         d[1:3] = np.arange(3)
     with pytest.raises(ValueError, match="of shape"):
         d[1:3] = pyew.asarray(np.arange(3, dtype=np.float32))
-    with pytest.raises(TypeError, match="cannot assign a dict"):
+    with pytest.raises(TypeError, match="could not assign dict"):
         d[0] = {}
+    i = pyew.asarray(np.arange(4, dtype=np.int32))
+    with pytest.raises(OverflowError):              # numpy's errors, not a wrapped value
+        i[2] = 2 ** 40
+    with pytest.raises(ValueError):
+        i[0] = float("nan")
+    np.testing.assert_array_equal(i.get(), np.arange(4))
     with pytest.raises(IndexError):
         d[7] = 1
     np.testing.assert_array_equal(d.get(), np.arange(4, dtype=np.float32))
@@ -612,6 +621,27 @@ def test_uses_of_an_array_on_two_streams_run_in_order(lib, monkeypatch):
     np.testing.assert_array_equal(c.get(), np.arange(4) + np.arange(4) ** 2)
 
 
+@needs_lib
+def test_reads_on_two_streams_overlap_and_a_write_waits_for_both(lib, monkeypatch):
+    """Weights read by calls alternating between two streams: each stream waits once for the
+    weights' write, not for the other's reads; a write into them waits for both readers."""
+    waits = []
+    real = rt.stream_wait
+    monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.handle, o.handle)) or real(w, o))
+    w = pyew.asarray(np.arange(4, dtype=np.float32))
+    xs = [pyew.asarray(np.full(4, i, np.float32)) for i in range(6)]
+    s1, s2 = pyew.Stream(), pyew.Stream()
+    for i, x in enumerate(xs):
+        with (s1 if i % 2 else s2):
+            pyew.mul(w, x)
+    # w once per stream, each x_i once: all on the default stream, where they were written;
+    # none between s1 and s2
+    assert sorted(waits) == sorted([(s1.handle, 0)] * 4 + [(s2.handle, 0)] * 4)
+    waits.clear()
+    pyew.add(w, 1.0, out=w)                          # a write on the default stream
+    assert sorted(waits) == sorted([(0, s1.handle), (0, s2.handle)])
+
+
 def test_a_read_only_array_is_not_exported_as_writable(fake_runtime):
     ro = DeviceArray(array.Foreign(object(), True, 0), 0x1000, (4,), dt.BY_NAME["float32"])
     with pytest.raises(BufferError, match="read-only"):
@@ -632,6 +662,7 @@ def test_bool_inputs_take_numpys_loops(lib):
     and negative of bools are numpy's TypeError."""
     b = pyew.asarray(np.array([True, False, True]))
     h = np.array([True, False, True])
+    assert ufunc_op("floor_divide") is not None and ufunc_op("sqrt") is not None
     for name, args in (("floor_divide", (b, b)), ("sqrt", (b,)), ("true_divide", (b, b))):
         if ufunc_op(name) is None:
             continue

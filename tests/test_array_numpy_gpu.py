@@ -397,6 +397,10 @@ def test_item_and_slice_assignment(dtype, rng):
     other = rng.uniform(-9, 9, 1001) if info.kind == "float" else rng.integers(-9, 9, 1001)
     d[1:1002] = pyew.asarray(other)                       # 64-bit on the GPU, cast by the library
     want[1:1002] = other.astype(info.np)
+    d[7:] = d[:-7]                                        # overlapping, as numpy's memmove
+    want[7:] = want[:-7].copy()
+    d[:-3] = d[3:]
+    want[:-3] = want[3:].copy()
     np.testing.assert_array_equal(d.get(), want)
 
 

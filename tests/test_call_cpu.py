@@ -163,16 +163,19 @@ def test_scalar_only_calls(fakes):
 @needs_lib
 def test_the_common_device_call_keeps_the_streams_books(fakes, rng):
     """DeviceArrays of one dtype and shape and nothing else (replayed plans): the result is
-    allocated on the current stream and each input's buffer records the stream that used it, as on
-    the general path; empty arrays, and calls off that path, still work."""
+    allocated on the current stream and each input's buffer records the stream that read it (its
+    free and its next write wait for it), as on the general path; empty arrays, and calls off that
+    path, still work."""
     a = rng.standard_normal(3001).astype(np.float32)
     x = pyew.asarray(a)
     s = pyew.ExternalStream(0x5000)        # another library's stream (a Stream needs a real GPU)
     with s:
         y = pyew.sigmoid(x)
-    assert y._buf.stream is s and x._buf.last is s and s in x._buf.others
+    assert y._buf.stream is s and x._buf.readers == [s] and s in x._buf.others
+    assert x._buf.last is pyew.runtime.DEFAULT_STREAM          # its last write: the upload
     z = pyew.add(y, x)
-    assert z._buf.stream is pyew.runtime.DEFAULT_STREAM and y._buf.last is pyew.runtime.DEFAULT_STREAM
+    assert z._buf.stream is pyew.runtime.DEFAULT_STREAM and y._buf.last is s
+    assert y._buf.readers == [pyew.runtime.DEFAULT_STREAM]
     np.testing.assert_allclose(z.get(), 1 / (1 + np.exp(-a.astype(np.float64))) + a, rtol=1e-6, atol=1e-6)
     e = pyew.relu(pyew.empty((0, 3), "float16"))
     assert isinstance(e, pyew.DeviceArray) and e.shape == (0, 3) and e.dtype == np.float16

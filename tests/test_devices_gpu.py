@@ -145,3 +145,14 @@ def test_threads_on_different_gpus(two_gpus, rng):
         assert dev == i
         np.testing.assert_allclose(x, data[i] + 20, rtol=1e-6)
         np.testing.assert_allclose(s, 1 / (1 + np.exp(-data[i].astype(np.float64))), rtol=2e-6)
+
+
+def test_assignment_from_another_gpu(two_gpus, rng):
+    """d0[a:b] = d1 copies d1 to d0's GPU first (same dtype) or converts it there (another one)."""
+    a = random_array(rng, 100_003, "float32")
+    d0 = poison(pyew.empty(100_003, "float32", device=0))
+    d0[:] = pyew.asarray(a, device=1)
+    np.testing.assert_array_equal(d0.get(), a)
+    b = random_array(rng, 1000, "float64")
+    d0[5:1005] = pyew.asarray(b, device=1)
+    np.testing.assert_array_equal(d0.get()[5:1005], b.astype(np.float32))

@@ -104,6 +104,29 @@ def test_operators_on_python_numbers_stay_weak(vocab):
     q = typed("x * (1 / a)", x="float32", a=float)
     with pytest.raises(ZeroDivisionError, match="1 / a"):
         q.packed([0.0])
+    # the part's type by Python's rules, not by trying values: (a - 10) ** 0.5 is a float for a = 20
+    r = typed("x * (a - 10) ** 0.5", x="float32", a=int)
+    assert r.scalars[-1].pytype is float and r.complete([20]) == [20, 10 ** 0.5]
+    with pytest.raises(TypeError, match="no complex dtypes"):      # (-6) ** 0.5 is complex in Python
+        r.packed([4])
+    assert typed("i + n ** 2", i="int32", n=int).out.name == "int32"
+    assert typed("i + n ** -1", i="int32", n=int).out.name == "float64"
+    w = typed("x * (a // 1000)", x="float32", a=int)
+    w.packed([2 ** 64])                             # a number only the host reads may be any int
+
+
+def test_a_power_of_two_call_ints_is_refused_clearly(fakes):
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    with pytest.raises(pyew.FormulaError, match="by the exponent's sign"):
+        pyew.fuse(lambda x, a, b: x + a ** b)(d, 2, -1)
+
+
+def test_formula_comparisons_with_any_python_int(fakes):
+    d = pyew.asarray(np.array([-5, 0, 7], np.int32))
+    for v in (3, 2 ** 40, -(2 ** 40)):
+        got = pyew.evaluate("x < v", local_dict={"x": d, "v": v})
+        np.testing.assert_array_equal(got.get(), np.array([-5, 0, 7], np.int32) < v)
+    np.testing.assert_array_equal(pyew.evaluate("x == 4294967296", local_dict={"x": d}).get(), [False] * 3)
 
 
 def test_numpy_scalars_are_typed(vocab, fakes):
@@ -179,7 +202,14 @@ def test_fuse_traces_again_for_other_values_of_other_arguments(fakes):
     np.testing.assert_array_equal(act(d, bias=1.0).get(), (np.arange(-2, 2, dtype=np.float32) + 1) * 2)
     assert calls == ["relu", "neg", "relu"]
     with pytest.raises(TypeError, match="hashable"):
-        act(d, kind=["neg"])
+        act(d, kind={"neg": 1})
+
+    @pyew.fuse
+    def scaled(x, k):
+        return x * k
+    np.testing.assert_array_equal(scaled(d, (1, 2, 3, 4)).get(), np.arange(-2, 2) * np.arange(1, 5))   # a tuple
+    np.testing.assert_array_equal(scaled(d, (1.5, 2.0, 3.0, 4.0)).get(),
+                                  np.arange(-2, 2, dtype=np.float32) * np.array([1.5, 2, 3, 4]))
 
 
 @pytest.fixture
