@@ -198,6 +198,9 @@ def takes(x) -> bool:
 
 def binary(ufunc: str, a, b):
     """a <op> b for DeviceArray a on the left (__add__, and comparisons either way round)."""
+    if b is None and ufunc in ("equal", "not_equal"):      # numpy: no element is None
+        res = array.zeros(a.shape, "bool", device=a.ordinal)
+        return res if ufunc == "equal" else unary("logical_not", res)
     if type(b) not in _PLAIN and not takes(b):
         return NotImplemented
     e = _entries.get(ufunc) or _function(ufunc)

@@ -714,3 +714,11 @@ def test_indexing_refuses_bools_and_ufunc_at_is_named():
         d[True]
     with pytest.raises(TypeError, match=r"add\.at is not supported"):
         np.add.at(d, slice(0, 2), 1)
+
+
+@needs_lib
+def test_comparing_with_none_is_elementwise_as_numpy(lib):
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal((d == None).get(), np.arange(3) == None)     # noqa: E711
+    np.testing.assert_array_equal((d != None).get(), np.arange(3) != None)     # noqa: E711
+    assert (d == None).dtype == np.bool_                                        # noqa: E711

@@ -456,3 +456,8 @@ def test_comparisons_with_python_ints_out_of_range(rng):
             if name in TABLE:
                 got = getattr(np, name)(d, v)
                 np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")
+
+
+def test_comparing_with_none():
+    d = pyew.asarray(np.arange(4099, dtype=np.float32))
+    assert not (d == None).get().any() and (d != None).get().all()      # noqa: E711
