@@ -408,7 +408,10 @@ class DeviceArray:
 
     # -- views and copies ---------------------------------------------------------------------
     def __getitem__(self, key):
-        """Basic indexing on the first axis: d[i] or d[a:b] (step 1); returns a view."""
+        """Basic indexing on the first axis: d[i] or d[a:b] (step 1), and d[...] or d[()] for the
+        whole array; returns a view."""
+        if key is Ellipsis or (type(key) is tuple and not key):
+            return DeviceArray(self._buf, self.ptr, self.shape, self.info, self.size)
         if not self.shape:
             raise IndexError("a 0-d DeviceArray cannot be indexed")
         n = self.shape[0]

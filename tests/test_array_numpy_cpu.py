@@ -573,6 +573,11 @@ def test_item_and_slice_assignment(lib):
     m = pyew.asarray(np.arange(6, dtype=np.float32))
     m[1:] = m[:-1]                                   # overlapping: numpy's result (a memmove)
     np.testing.assert_array_equal(m.get(), [0, 0, 1, 2, 3, 4])
+    m[...] = 2                                       # the whole array, and a 0-d one
+    z = pyew.asarray(np.float32(1.5))
+    z[()] = 4
+    np.testing.assert_array_equal(m.get(), [2] * 6)
+    assert z.shape == () and float(z) == 4 and m[...].shape == (6,)
 
 
 @needs_lib

@@ -402,6 +402,10 @@ def test_item_and_slice_assignment(dtype, rng):
     d[:-3] = d[3:]
     want[:-3] = want[3:].copy()
     np.testing.assert_array_equal(d.get(), want)
+    d[...] = 3
+    z = pyew.asarray(np.zeros((), info.np))
+    z[()] = 5
+    assert np.all(d.get() == 3) and z.get() == 5
 
 
 def test_uses_on_two_streams_run_in_queue_order(rng):
