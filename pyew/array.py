@@ -447,7 +447,7 @@ class DeviceArray:
             raise ValueError("assignment destination is read-only (a read-only GPU array of another library)")
         with rt.on(self._buf.stream.ordinal):
             s = rt.resolve_stream(None)
-            if type(value) is not DeviceArray and not _is_host_data(value):
+            if type(value) is not DeviceArray and not isinstance(value, HOST_DATA):
                 from .interop import device_index, import_device  # GPU arrays of other libraries
                 at = device_index(value)
                 if at is not None:
@@ -626,8 +626,8 @@ def aliasing(out: DeviceArray, a) -> int:
     return SAME if a.ptr == lo and a.shape == out.shape and a.info is out.info else PARTIAL
 
 
-def _is_host_data(v) -> bool:
-    return isinstance(v, (np.ndarray, np.generic, list, tuple, bool, int, float, complex))
+# host data a call converts itself: numpy arrays and scalars, sequences, Python numbers
+HOST_DATA = (np.ndarray, np.generic, list, tuple, bool, int, float, complex)
 
 
 def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from . import dtypes as dt
 from . import interop, library, pinned, transfer
 from . import runtime as rt
-from .array import PARTIAL, SAME, SEPARATE, Buffer, DeviceArray, aliasing, cast_entry, from_host
+from .array import HOST_DATA, PARTIAL, SAME, SEPARATE, Buffer, DeviceArray, aliasing, cast_entry, from_host
 from .operands import (
     DEVICE,
     HOST,
@@ -242,7 +242,6 @@ class Plan:
 
 _plans: dict = {}
 NUMBERS = (float, int, bool)      # the Python number types a plan takes, keyed by type
-_HOST_DATA = (np.ndarray, np.generic, list, tuple, complex)     # operands the general path converts
 _PLANS_MAX = 4096
 
 
@@ -280,17 +279,26 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
         else:
             return None
     if kw:
-        given = []
-        for k, v in kw.items():
-            t = type(v)
-            if t is float:
-                given.append((k, t, v.hex()))      # -0.0 apart from 0.0, and NaN equal to itself
-            elif t is int or t is bool:
-                given.append((k, t, v))
-            else:
-                return None
-        parts.append(tuple(given))
+        given = exact_params(kw.items())
+        if given is None:
+            return None
+        parts.append(given)
     return tuple(parts)
+
+
+def exact_params(items):
+    """(name, value) pairs as a key that tells what == does not: -0.0 from 0.0 and True from 1 (by
+    type, and a float by its hex; NaN equal to itself); None for values of other types."""
+    key = []
+    for k, v in items:
+        t = type(v)
+        if t is float:
+            key.append((k, t, v.hex()))
+        elif t is int or t is bool:
+            key.append((k, t, v))
+        else:
+            return None
+    return tuple(key)
 
 
 def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = None):
@@ -308,7 +316,7 @@ def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = Non
         if t in NUMBERS or t is np.ndarray:
             out.append(a)
             continue
-        if issubclass(t, _HOST_DATA):     # by type: isinstance would ask a GPU tensor for its __class__
+        if issubclass(t, HOST_DATA):     # by type: isinstance would ask a GPU tensor for its __class__
             return None
         d = interop.import_device(a, stream, op, names[i] if names else f"#{i}")
         if d is None:

@@ -40,7 +40,7 @@ from . import formula, fused, kinds, library, specs
 from .array import DeviceArray
 from .formula import Call, Var
 from .interop import asarray
-from .operands import HOST, SCALAR, Operand, op_dtype
+from .operands import HOST, SCALAR, Operand, op_dtype, python_number
 from .pinned import pinned_or_empty
 from .runtime import Device, ExternalStream
 
@@ -69,7 +69,7 @@ def _map_op(op) -> library.Op:
 
 
 def _operand(a, name: str) -> Operand:
-    if _python_number(a):
+    if python_number(a):
         return Operand(name, SCALAR, a, None, ())
     npd = np.dtype(a.dtype)
     info = dt.lookup(npd)
@@ -136,15 +136,10 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     leaves: list = []
     mapping = {k: _inline(v, leaves) for k, v in arrays.items()}
     tree = formula.substitute(tree, mapping)
-    args = tuple(fused.Arg(n, False, None, type(v)) if _python_number(v)
+    args = tuple(fused.Arg(n, False, None, type(v)) if python_number(v)
                  else fused.Arg(n, not _is_scalar(v), dt.lookup(np.dtype(v.dtype))) for n, v in leaves)
     dtype = fused.program(tree, args, expr).out.np
     return _formula_array(tree, leaves, dtype, expr.strip())
-
-
-def _python_number(v) -> bool:
-    """A weakly typed number (NEP 50): Python's, not numpy's (np.float64 is a float, but typed)."""
-    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
 
 
 _FORMULAS: dict = {}        # a pyew.dask result's dask name -> (its tree, its leaves), for fusing

@@ -234,17 +234,11 @@ class _Parser:
         self.refuse(node, kinds.get(type(node), f"{type(node).__name__}"))
 
 
-_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-         ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
-         ast.Pow: lambda a, b: a ** b, ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b,
-         ast.BitXor: lambda a, b: a ^ b}
-
-
 def fold(op, a, b, refuse) -> Const:
     """Arithmetic between two numbers of the formula, done by Python as it would be in numpy code
     (2 ** 40 is a Python int, weakly typed, before it meets an array)."""
     try:
-        v = _FOLD[type(op)](a, b)
+        v = PYTHON_OPS[BINARY[type(op)]](a, b)
     except (ArithmeticError, TypeError, ValueError):
         refuse()
     return _folded(v, refuse)
@@ -253,8 +247,7 @@ def fold(op, a, b, refuse) -> Const:
 def fold_unary(op, a, refuse) -> Const:
     """-c, +c, ~c and not c of a number of the formula, by Python."""
     try:
-        v = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
-             ast.Not: operator.not_}[type(op)](a)
+        v = PYTHON_OPS[UNARY[type(op)]](a)
     except (ArithmeticError, TypeError, ValueError):
         refuse()
     return _folded(v, refuse)

@@ -40,6 +40,7 @@ from .operands import (
     classify,
     kernel_dtype,
     numpy_name,
+    python_number,
     result_dtype,
     scalar_value,
     wide_enough,
@@ -181,6 +182,7 @@ class Program:
         self.in_sizes = (ctypes.c_int * len(in_t))(*[a.info.itemsize for a in self.arrays])
         self.in_sizes_at = ctypes.addressof(self.in_sizes)
         self.fmt = "<" + "".join("d" if _is_float(a) else "q" for a in self.scalars)
+        self.read = frozenset(i for i, _, _ in self.uses)     # the numbers the kernel reads
         self.slots: dict[str, jit.Slots] = {}
 
     # A node's value: (its dtype, or None for a weak Python number; a C++ expression). Arrays
@@ -382,7 +384,7 @@ class Program:
     def pack(self, values) -> ctypes.Array:
         """The functor's bytes for these scalar values (in self.scalars' order); a number the kernel
         never reads (one only a derived part uses) is packed as 0, whatever its size."""
-        read = {i for i, _, _ in self.uses}
+        read = self.read
         values = [v if i in read else 0 for i, v in enumerate(values)]
         raw = struct.pack(self.fmt, *values) if values else b"\0" * 8
         return ctypes.create_string_buffer(raw, max(len(raw), 8))
@@ -570,7 +572,7 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
         if isinstance(n, Var):
             return dev[n.name]
         args = [ev(a) for a in n.args]
-        if n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(_python_number, args)):
+        if n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(python_number, args)):
             return formula.PYTHON_OPS[n.op](*args)        # Python's arithmetic, as in the kernel (Program._weak)
         op = vocab.get(n.op)
         if op is None:
@@ -681,7 +683,7 @@ def _operand(v) -> bool:
 
 def _kind_of(name: str, v):
     """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
-    if isinstance(v, (bool, int, float, list, tuple)) and not isinstance(v, np.generic):
+    if python_number(v) or isinstance(v, (list, tuple)):
         return type(v)                  # its values are the call's, not the trace's
     if _operand(v):
         return str(v.dtype)
@@ -691,10 +693,6 @@ def _kind_of(name: str, v):
         raise TypeError(f"pyew.fuse: argument {name!r} is a {type(v).__name__}, neither an array nor a number; "
                         "such arguments select what is traced and must be hashable") from None
     return ("value", type(v), v)
-
-
-def _python_number(v) -> bool:
-    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
 
 
 def fuse(fn=None):

@@ -60,6 +60,11 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     return Operand(name, HOST, a, _info(a.dtype, op, name), tuple(a.shape))
 
 
+def python_number(v) -> bool:
+    """A weakly typed number (NEP 50): Python's, not numpy's (np.float64 is a float, but typed)."""
+    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
+
+
 def _info(npd, op: str, name: str) -> dt.DType:
     try:
         return dt.lookup(npd)

@@ -227,21 +227,6 @@ def _write(folder: Path, headers: dict[str, str]) -> None:
 _TREES_MAX = 1024
 
 
-def _exact(items):
-    """Params as a dict key that tells what == does not: -0.0 from 0.0 and True from 1 (by type and
-    a float's hex; NaN equal to itself); None for values of other types (not kept)."""
-    key = []
-    for k, v in items:
-        t = type(v)
-        if t is float:
-            key.append((k, t, v.hex()))
-        elif t is int or t is bool:
-            key.append((k, t, v))
-        else:
-            return None
-    return tuple(key)
-
-
 def _function(op: library.Op):
     """op as a Python function: the formula `op(inputs..., params...)` run on the call path."""
     inputs = list(op.inputs)
@@ -256,12 +241,12 @@ def _function(op: library.Op):
             return traced
         if len(args) != len(inputs):
             raise TypeError(f"{op.name}() takes {len(inputs)} input(s) ({', '.join(inputs)}), got {len(args)}")
-        key = _exact(sorted(params.items()))
+        key = call.exact_params(sorted(params.items()))
         tree = trees.get(key) if key is not None else None
         if tree is None:                  # checked and filled in as a library op's params are
             values = call.param_values(op, params)
             tree = Call(op.name, tuple(Var(n) for n in inputs), tuple(sorted(zip(names, values))))
-            exact = _exact(zip(names, values))
+            exact = call.exact_params(zip(names, values))
             kept = by_values.get(exact) if exact is not None else None
             if kept is not None:
                 tree = kept
