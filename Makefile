@@ -36,7 +36,7 @@ GEN_ARGS = --out $(call shq,$(BUILD)) --spec-list $(call shq,$(SPEC)) \
 LOCKED = $(PYTHON) -m generator.lock $(call shq,$(BUILD)/.lock) --
 
 .PHONY: all generate deps check-nvcc locked-all locked-generate test demo lint bench bench-lib locked-bench-lib \
-        sweep wheel clean
+        sweep wheel clean FORCE
 
 all: check-nvcc deps
 	@$(LOCKED) $(MAKE) --no-print-directory locked-all
@@ -79,12 +79,22 @@ endif
 CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) $(FATBIN_COMPRESS) -Xcompiler -fPIC,-fvisibility=hidden \
           -Ilibew -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 
+# The compile command and nvcc's version, rewritten only when they change: every object depends on
+# it, so a build with another ARCH, NVCCFLAGS or nvcc compiles everything again.
+FLAGS_STAMP := $(BUILD)/obj/flags.txt
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@{ printf '%s\n' $(call shq,$(NVCC) $(CUFLAGS)); $(NVCC) --version 2>/dev/null | tail -n 1; } > $@.new; \
+	if cmp -s $@.new $@; then rm -f $@.new; else mv $@.new $@; fi
+
+FORCE:
+
 $(BUILD)/libew.so: $(OBJS)
-	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
+	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $(OBJS) && mv $@.tmp $@
 	@echo "built $@ ($(words $(OBJS)) objects)"
 
 $(BUILD)/libew_bench.so: $(BENCH_OBJS)
-	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $^ && mv $@.tmp $@
+	$(NVCC) -shared $(ARCH) -cudart static -o $@.tmp $(BENCH_OBJS) && mv $@.tmp $@
 	@echo "built $@ ($(words $(BENCH_OBJS)) objects)"
 
 # pyew's C extension, which calls the entry points without ctypes (stable ABI: any Python >= 3.11
@@ -104,12 +114,12 @@ $(BUILD)/_ewcall.abi3.so: pyew/_ewcall.c libew/ew_api.h
 
 # Generated sources compile through generator/nvcc.py: on an error it adds a line naming the spec
 # file, op and expression behind it.
-$(BUILD)/obj/%.o: $(BUILD)/gen/%.cu
+$(BUILD)/obj/%.o: $(BUILD)/gen/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(PYTHON) -m generator.nvcc $(NVCC) $(CUFLAGS) -c $< -o $@
 
-$(BUILD)/obj/libew_%.o: libew/%.cu
+$(BUILD)/obj/libew_%.o: libew/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(NVCC) $(CUFLAGS) -c $< -o $@

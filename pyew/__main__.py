@@ -6,7 +6,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "info": ("pyew.cli_info:info", "version, library path, ABI, op count, build flags, device"),
+    "info": ("pyew.cli_info:info", "version, library path, ABI, op count, build command, device"),
     "ops": ("pyew.cli_info:ops", "a table of the loaded library's ops, their dtypes and params"),
     "bench": ("pyew.bench.cli:main", "benchmark every op against the copy ceiling, a naive kernel, "
                                      "PyTorch, CuPy, numpy and numexpr"),

@@ -24,9 +24,6 @@ def info(argv) -> int:
     print(f"ops         {len(man.ops)} spec ops, {len(pyew.ops())} functions, "
           f"{sum(len(o.kernels) for o in man.ops)} kernels")
     print(f"built by    {man.build_command}")
-    flags = man.raw.get("build_flags")
-    if flags:
-        print(f"build flags {flags}")
     for f in man.spec_files:
         print(f"spec        {f.path}")
     try:

@@ -18,7 +18,6 @@ and time, and only found again when either changed.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -122,12 +121,42 @@ def include_dirs() -> list[str]:
 _INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
 
-@functools.lru_cache(maxsize=256)
+_digests: dict = {}        # (dirs, includes) -> (the paths read, their stamps, the digest)
+
+
+def _stamps(paths) -> tuple:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
     """A digest of libew's headers (each folder's own .cuh files) and of the op device functions a
     kernel includes (`includes`, as its #include lines name them), with those they include in turn,
     each found as NVRTC finds it, in the first folder that has it: a rebuilt library with changed
-    ops or headers makes new keys, a loaded spec op's included library ops among them."""
+    ops or headers makes new keys, a loaded spec op's included library ops among them. Kept while
+    the files read and the folders (files added or removed) keep their size and time, so a header
+    changed under a running process gets a new key for what NVRTC then reads."""
+    key = (dirs, includes)
+    kept = _digests.get(key)
+    if kept is not None and _stamps(kept[0]) == kept[1]:
+        return kept[2]
+    watched = (*dirs, *(p for d in dirs for p in (os.path.join(d, "fn"),) if os.path.isdir(p)))
+    stamps = _stamps(watched)             # before reading: a change while reading makes the next call read again
+    paths, digest = _headers_digest(dirs, includes)
+    watched += paths
+    if len(_digests) >= 1024:
+        _digests.clear()
+    _digests[key] = (watched, stamps + _stamps(paths), digest)
+    return digest
+
+
+def _headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     found: dict[str, str] = {}
     todo = [f for f in includes if "/" in f]
     while todo:                      # the op headers a kernel includes, and those they include (add_relu: relu)
@@ -145,7 +174,7 @@ def headers_digest(dirs: tuple[str, ...], includes: tuple[str, ...]) -> str:
     for name, path in own + sorted(found.items()):
         with open(path, "rb") as f:
             h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()
+    return tuple(p for _, p in own + sorted(found.items())), h.hexdigest()
 
 
 def compile_cubin(source: str, name_expression: str, arch: str, include: list[str], formula: str) -> tuple[str, bytes]:

@@ -105,6 +105,17 @@ def test_parse_args_rejects(argv, capsys):
     assert e.value.code == 2
 
 
+def test_a_bad_out_folder_and_too_few_numpy_runs_fail_before_any_suite(tmp_path, capsys):
+    f = tmp_path / "a file"
+    f.write_text("")
+    for argv, said in ((["--out", str(f)], "not a folder"), (["--out", str(f / "sub")], "cannot be made"),
+                       (["--numpy-repeat", "2"], "--numpy-repeat must be at least 3")):
+        with pytest.raises(SystemExit):
+            cli.parse_args(argv)
+        assert said in capsys.readouterr().err
+    assert cli.parse_args(["--out", str(tmp_path / "new" / "folder")]).out == tmp_path / "new" / "folder"
+
+
 def test_suites_and_help(cases):
     assert list(SUITES) == ["copy", "template", "dot", "upsample", "relu_mask", "layouts", "overhead", "interop",
                             "firstcall", "fusion", "numpy", "map"]

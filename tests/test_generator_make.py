@@ -101,3 +101,51 @@ def test_concurrent_builds_with_different_specs_take_turns(tmp_path):
     has_mine = any(o["name"] == "softplus" for o in man["ops"])
     assert (build / "gen/ew_softplus_f32.cu").exists() == has_mine
     assert ("softplus" in (build / "gen/sources.mk").read_text()) == has_mine
+
+
+def test_another_arch_or_flags_compiles_every_object_again(tmp_path):
+    """Objects depend on the compile command and nvcc's version (a stamp rewritten only when they
+    change): the same build again compiles nothing, another ARCH or NVCCFLAGS everything."""
+    log = tmp_path / "nvcc.log"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"""#!/bin/sh
+case "$*" in *--version*) echo "release 99.9"; exit 0;; *--help*) exit 0;; esac
+echo "$*" >> {log}
+prev=""; for a in "$@"; do [ "$prev" = "-o" ] && : > "$a"; prev="$a"; done
+""")
+    fake.chmod(0o755)
+    spec = tmp_path / "one.toml"
+    spec.write_text('[[op]]\nname = "twice"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x + x"\n'
+                    'ref = "x + x"\ndoc = "x + x."\n')
+    build = tmp_path / "b"
+    common = (f"SPEC={spec}", f"BUILD={build}", f"NVCC={fake}", "JOBS=1")
+
+    def compiles(*extra):
+        log.write_text("")
+        r = make("generate", *common, *extra)
+        assert r.returncode == 0, r.stderr
+        r = make(f"{build}/libew.so", *common, *extra)
+        assert r.returncode == 0, r.stderr
+        return sum(" -c " in ln for ln in log.read_text().splitlines())
+
+    first = compiles()
+    assert first >= 3                      # the op's unit, the manifest, libew's own sources
+    assert compiles() == 0
+    assert compiles("ARCH=-gencode arch=compute_80,code=sm_80") == first
+    assert compiles("ARCH=-gencode arch=compute_80,code=sm_80") == 0
+    assert compiles("ARCH=-gencode arch=compute_80,code=sm_80", "EXTRA_NVCCFLAGS=-DX=1") == first
+
+
+def test_a_source_distribution_holds_what_make_all_needs(tmp_path):
+    """An sdist builds through `make all` in its root: the Makefile, libew's sources and spec, the
+    generator with its templates, the dependency script and the C extension must be in it."""
+    import tarfile
+    r = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    for need in ("Makefile", "libew/ops.toml", "libew/elementwise.cuh", "libew/jit.cu", "generator/spec.py",
+                 "generator/templates/map.cu.mako", "scripts/deps.py", "pyew/_ewcall.c", "examples/my_ops.toml"):
+        assert need in names, need

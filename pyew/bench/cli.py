@@ -120,14 +120,26 @@ def parse_args(argv) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.sizes = args.sizes or parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     args.repeat = args.repeat if args.repeat is not None else QUICK_REPEAT if args.quick else DEFAULT_REPEAT
-    for flag, v, least in (("--repeat", args.repeat, 1), ("--numpy-repeat", args.numpy_repeat, 1),
+    for flag, v, least in (("--repeat", args.repeat, 1), ("--numpy-repeat", args.numpy_repeat, 3),
                            ("--sustained-seconds", args.sustained_seconds, 1e-9)):
         if v is not None and not v >= least:
-            build_parser().error(f"{flag} must be more than 0")
+            build_parser().error(f"{flag} must be at least {least}" if least >= 1 else f"{flag} must be more than 0")
+    if why := unwritable(args.out):      # a bad --out fails now, not after the first suite has run
+        build_parser().error(f"--out {args.out}: {why}")
     args.peers = [] if args.peers == ["none"] else args.peers
     args.sizes_given = any(a == "--sizes" or a.startswith("--sizes=") for a in argv)
     args.argv = list(argv)
     return args
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why the bench could not write its reports into `folder` (made when it does not exist), or None."""
+    if folder.exists():
+        return None if folder.is_dir() and os.access(folder, os.W_OK) else \
+            ("not a folder" if not folder.is_dir() else "not writable")
+    parent = next((p for p in folder.absolute().parents if p.exists()), None)
+    return None if parent is not None and parent.is_dir() and os.access(parent, os.W_OK) else \
+        f"cannot be made ({parent} is not a writable folder)"
 
 
 def check_ops(args, manifest) -> None:

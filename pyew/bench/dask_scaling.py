@@ -126,6 +126,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.in_flight < 1 or args.repeats < 1:
         ap.error("--in-flight and --repeats must be at least 1")
+    for flag, given, known in (("--chunks", args.chunks, ("numpy", "cupy")),
+                               ("--variants", args.variants, ("ops", "map_blocks", "cupy", "none"))):
+        bad = [v for v in given if v not in known]
+        if bad or not given:
+            ap.error(f"{flag}: {', '.join(bad) or 'nothing'} given; choose from {', '.join(known)}")
     try:
         import dask_cuda  # noqa: F401
         import distributed  # noqa: F401
