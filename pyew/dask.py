@@ -7,7 +7,9 @@ chunks (on their GPU, without a copy), on any Dask scheduler.
     z = ed.map_blocks(lambda x: pyew.gelu(pyew.add(pyew.mul(x, 0.5), 0.1)), x)   # one upload per chunk
 
 Every map op of the loaded library, and of spec files pyew.load_spec loaded, is a function here
-(`pyew.dask.gelu`), and `map(op, *args)` takes an op or its name. They behave as dask's own ufuncs
+(`pyew.dask.gelu`), and `map(op, *args)` takes an op or its name. A task that calls a loaded spec
+file's op names the file, and a worker process that has not loaded it loads it (the path must be
+readable there, as on one machine's cluster). They behave as dask's own ufuncs
 do: numpy broadcasting between dask arrays, numpy arrays and scalars; the result dtype is pyew's
 (numpy's promotion) and is known without running anything, so building a graph needs no GPU. Each
 chunk keeps its array type: numpy chunks give numpy chunks, CuPy chunks give CuPy chunks (pyew's
@@ -36,9 +38,10 @@ except ImportError as e:        # pragma: no cover - depends on the environment
                       "distributed") from e
 
 from . import dtypes as dt
-from . import formula, fused, kinds, library, specs
+from . import formula, fused, jit, kinds, library, specs
 from .array import DeviceArray
-from .formula import Call, Var
+from .call import param_values
+from .formula import Call, FormulaError, Var
 from .interop import asarray
 from .operands import HOST, SCALAR, Operand, op_dtype, python_number
 from .pinned import pinned_or_empty
@@ -104,24 +107,18 @@ def map(op, *args, **params):
     """op(*args, **params) blockwise over dask arrays (numpy arrays and scalars broadcast in, as with
     dask's ufuncs). Returns a dask array; nothing runs until it is computed. Ops applied to the
     results of other pyew.dask ops fuse with them: each chunk runs the whole chain as one formula
-    (one kernel, and for numpy chunks one upload and one download)."""
+    (one kernel, and for numpy chunks one upload and one download), up to MAX_FUSED_CALLS ops and
+    the arrays one kernel takes (a longer chain runs as several formulas); a persisted result is
+    read, not computed again."""
     spec = _map_op(op)
-    unknown = set(params) - {p.name for p in spec.params}
-    if unknown:
-        raise TypeError(f"{spec.name}() has no param(s) {', '.join(sorted(unknown))}; it takes "
-                        f"{', '.join(p.name for p in spec.params) or 'none'}")
+    param_values(spec, params)            # a missing, unknown or mistyped param fails now, not per chunk
     arrays = [a if _is_scalar(a) else da.asarray(a) for a in args]
     dtype = _result_dtype(spec.name, *arrays)
     if not any(not _is_scalar(a) for a in arrays):
         raise TypeError(f"pyew.dask.{spec.name}: give at least one array (for scalars call pyew.{spec.name})")
-    leaves: list = []
-    nodes = [_inline(a, leaves) for a in arrays]
-    for k, v in params.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.generic)):
-            raise TypeError(f"pyew.dask.{spec.name}: param {k!r} must be a number")
-    tree = Call(spec.name, tuple(nodes), tuple(sorted((k, v.item() if isinstance(v, np.generic) else v)
-                                                      for k, v in params.items())))
-    return _formula_array(tree, leaves, dtype, spec.name)
+    params = tuple(sorted((k, v.item() if isinstance(v, np.generic) else v) for k, v in params.items()))
+    nodes, leaves = _operands(arrays, lambda nodes: Call(spec.name, tuple(nodes), params))
+    return _formula_array(Call(spec.name, tuple(nodes), params), leaves, dtype, spec.name)
 
 
 def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None):
@@ -133,16 +130,52 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     arrays = {k: (v if _is_scalar(v) else da.asarray(v)) for k, v in values.items()}
     if all(_is_scalar(v) for v in arrays.values()):
         raise TypeError("pyew.dask.evaluate: give at least one array")
-    leaves: list = []
-    mapping = {k: _inline(v, leaves) for k, v in arrays.items()}
-    tree = formula.substitute(tree, mapping)
-    args = tuple(fused.Arg(n, False, None, type(v)) if python_number(v)
-                 else fused.Arg(n, not _is_scalar(v), dt.lookup(np.dtype(v.dtype))) for n, v in leaves)
-    dtype = fused.program(tree, args, expr).out.np
+    keys = list(arrays)
+    nodes, leaves = _operands([arrays[k] for k in keys],
+                              lambda nodes: formula.substitute(tree, dict(zip(keys, nodes))))
+    tree = formula.substitute(tree, dict(zip(keys, nodes)))
+    args = []
+    for n, v in leaves:
+        if python_number(v):
+            args.append(fused.Arg(n, False, None, type(v)))
+            continue
+        try:
+            info = dt.lookup(np.dtype(v.dtype))
+        except (KeyError, TypeError):
+            shown = next(k for k in keys if arrays[k] is v) if any(arrays[k] is v for k in keys) else n
+            raise TypeError(f"pyew.dask.evaluate: {shown!r} is {np.dtype(v.dtype)}, which pyew does not support") \
+                from None
+        args.append(fused.Arg(n, not _is_scalar(v), info))
+    dtype = fused.program(tree, tuple(args), expr).out.np
     return _formula_array(tree, leaves, dtype, expr.strip())
 
 
-_FORMULAS: dict = {}        # a pyew.dask result's dask name -> (its tree, its leaves), for fusing
+# A pyew.dask result's dask name -> (its tree, its leaves, its calls, its graph layer), for fusing:
+# a later op on it runs its formula too, unless the array was persisted since (its layer is then
+# another) or its formula has grown to MAX_FUSED_CALLS ops: a chain built in a loop fuses in
+# pieces of that many, each compiled once, rather than into one ever longer kernel.
+_FORMULAS: dict = {}
+MAX_FUSED_CALLS = 64
+
+
+def _operands(args: list, build) -> tuple[list, list]:
+    """(nodes, leaves) of a new formula's operands, pyew.dask results inlined; where that would
+    take more arrays than a fused kernel does (jit.MAX_ARRAYS), none is inlined. `build(nodes)`
+    gives the new tree (for its array count)."""
+    leaves: list = []
+    nodes = [_inline(a, leaves) for a in args]
+    if _array_count(leaves) > jit.MAX_ARRAYS:
+        leaves = []
+        nodes = [_leaf(a, leaves) for a in args]
+        if _array_count(leaves) > jit.MAX_ARRAYS:
+            raise FormulaError(f"formula {formula.text(build(nodes))!r} has {_array_count(leaves)} array operands; "
+                               f"a fused kernel takes at most {jit.MAX_ARRAYS}: split it into formulas of fewer "
+                               "arrays")
+    return nodes, leaves
+
+
+def _array_count(leaves: list) -> int:
+    return sum(not _is_scalar(v) for _, v in leaves)
 
 
 def _inline(a, leaves: list):
@@ -150,11 +183,12 @@ def _inline(a, leaves: list):
     new variable for anything else."""
     hit = _FORMULAS.get(getattr(a, "name", None)) if isinstance(a, da.Array) else None
     if hit is not None:
-        tree, sub = hit
-        mapping = {}
-        for name, v in sub:
-            mapping[name] = _leaf(v, leaves)
-        return formula.substitute(tree, mapping)
+        tree, sub, count, layer = hit
+        if count < MAX_FUSED_CALLS and a.dask.layers.get(a.name) is layer:
+            mapping = {}
+            for name, v in sub:
+                mapping[name] = _leaf(v, leaves)
+            return formula.substitute(tree, mapping)
     return _leaf(a, leaves)
 
 
@@ -181,11 +215,17 @@ def _formula_array(tree, leaves: list, dtype: np.dtype, what: str):
         pairs += [a, None] if _is_scalar(a) else [a, tuple(range(ndim - a.ndim, ndim))]
     names = tuple(n for n, _ in leaves)
     text = formula.text(tree)
-    out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype), tuple(range(ndim)), *pairs,
+    loaded = specs.loaded_files()
+    used: dict = {}
+    for c in formula.calls(tree):
+        if c.op in loaded:
+            used.setdefault(loaded[c.op], set()).add(c.op)
+    files = tuple((path, tuple(sorted(ops))) for path, ops in sorted(used.items()))
+    out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype, files), tuple(range(ndim)), *pairs,
                        dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, *arrays)}")
     if len(_FORMULAS) > 4096:
         _FORMULAS.clear()
-    _FORMULAS[out.name] = (tree, leaves)
+    _FORMULAS[out.name] = (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name))
     return out
 
 
@@ -193,13 +233,16 @@ def _is_scalar(a) -> bool:
     return isinstance(a, (bool, int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0)
 
 
-def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, *blocks):
+def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, files: tuple, *blocks):
+    for path, ops in files:      # a worker process loads the spec files whose ops the formula calls
+        if not specs.loaded_ops().keys() >= set(ops):
+            specs.load_spec(path)
     values = dict(zip(names, blocks))
     gpu = _gpu_block(blocks)
     shape = np.broadcast_shapes(*(np.shape(b) for b in blocks))
-    if isinstance(tree, Call) and all(isinstance(a, Var) for a in tree.args):
-        # one op: the library's own kernel, nothing to compile
-        fn = kinds.table()[tree.op]
+    fn = kinds.table().get(tree.op) if isinstance(tree, Call) else None
+    if fn is not None and all(isinstance(a, Var) for a in tree.args):
+        # one op of the library: its own kernel, nothing to compile
         args = [values[a.name] for a in tree.args]
         if gpu is None:
             return fn(*args, **dict(tree.params))
@@ -244,7 +287,8 @@ def map_blocks(func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=No
     like = arrays[0]
     dtype = np.dtype(like.dtype if dtype is None else dtype)
     ndim = like.ndim - len(_axes(drop_axis)) + len(_axes(new_axis))
-    meta = meta_from_array(like._meta, ndim=ndim, dtype=dtype)
+    # CuPy chunks anywhere make CuPy results (_apply_func)
+    meta = meta_from_array(next((a for a in arrays if _is_cupy(a._meta)), like)._meta, ndim=ndim, dtype=dtype)
     extra = {k: v for k, v in (("chunks", chunks), ("drop_axis", drop_axis), ("new_axis", new_axis))
              if v is not None}
     # the name covers all that shapes the result, as dask.array.map_blocks's does

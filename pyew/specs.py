@@ -30,6 +30,7 @@ _lock = threading.Lock()
 _ops: dict[str, tuple[library.Op, str, str]] = {}     # name -> (op, its definition's digest, spec file)
 _functions: dict[str, object] = {}                     # name -> its Python function, one per op
 _dirs: dict[str, dict[str, str]] = {}                  # folder -> its headers (op name -> text)
+_files: dict[str, str] = {}                            # name -> the spec file's absolute path
 _version = 0
 
 
@@ -41,6 +42,12 @@ def version() -> int:
 def loaded_ops() -> dict[str, library.Op]:
     """Every op loaded from spec files in this process, by name."""
     return {name: v[0] for name, v in _ops.items()}
+
+
+def loaded_files() -> dict[str, str]:
+    """The absolute path of the spec file each loaded op came from, by name (pyew.dask's worker
+    processes load them again)."""
+    return dict(_files)
 
 
 def function(name: str):
@@ -172,6 +179,7 @@ def load_spec(path) -> SpecOps:
             _dirs.setdefault(folder, headers)
             for name in new:
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
+                _files[name] = str(user.resolve())
             _version += 1
     with _lock:
         fns = {name: _functions.get(name) or _functions.setdefault(name, _function(_ops[name][0])) for name in headers}
@@ -255,7 +263,10 @@ def _function(op: library.Op):
             if key is not None and len(trees) < _TREES_MAX:
                 trees[key] = tree
         from . import fused
-        return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
+        try:
+            return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
+        except jit.CompileError as e:     # the spec's C++ (its expr) did not compile: say where it is
+            raise jit.CompileError(f"{op.source}: op {op.name!r}: field 'expr': {e}") from None
 
     fn.__name__ = fn.__qualname__ = op.name
     fn.__doc__ = f"{op.doc}\n\n{op.name}({', '.join(inputs + [f'{p.name}={p.default}' for p in op.params])}, " \

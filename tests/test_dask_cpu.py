@@ -110,7 +110,10 @@ def test_map_blocks_runs_a_function_of_device_arrays(ed, fakes, rng):
     (lambda ed, x: ed.map("relu_mask", x), TypeError, "'relu_mask' is not a map op"),
     (lambda ed, x: ed.map("nosuch", x), TypeError, "'nosuch' is not a map op"),
     (lambda ed, x: ed.map(len, x), TypeError, "builtin_function_or_method is not a map op"),
-    (lambda ed, x: ed.map("elu", x, beta=1.0), TypeError, r"elu\(\) has no param\(s\) beta; it takes alpha"),
+    (lambda ed, x: ed.map("elu", x, beta=1.0), TypeError, r"elu\(\) got unexpected keyword argument\(s\) beta; "
+                                                          "its params: alpha"),
+    (lambda ed, x: ed.scale(x), TypeError, r"scale\(\) missing required param 'alpha'"),
+    (lambda ed, x: ed.scale(x, alpha="2"), TypeError, r"param 'alpha' must be a float, not str"),
     (lambda ed, x: ed.add(x), TypeError, r"add\(\) takes 2 input\(s\)"),
     (lambda ed, x: ed.gelu(1.0), TypeError, "give at least one array"),
     (lambda ed, x: ed.gelu(x.astype(np.complex64)), TypeError, "complex64 input, which pyew does not support"),
@@ -135,7 +138,7 @@ def test_ops_of_loaded_spec_files_build_graphs(ed, no_gpu):
     y = ed.softplus(ed.bias_gelu(x, b), beta=2.0)
     assert y.dtype == np.float32 and y.chunks == x.chunks and ed.softplus.__name__ == "softplus"
     assert ed.map(ops.softplus, x).dtype == np.float16
-    with pytest.raises(TypeError, match="softplus\\(\\) has no param\\(s\\) alpha; it takes beta"):
+    with pytest.raises(TypeError, match="softplus\\(\\) got unexpected keyword argument\\(s\\) alpha; its params"):
         ed.map("softplus", x, alpha=1.0)
     with pytest.raises(TypeError, match="not a map op of the loaded library or of a spec file"):
         ed.map(lambda v: v, x)
@@ -171,6 +174,11 @@ def test_bench_dask_arguments(capsys):
     with pytest.raises(SystemExit):
         dask_scaling.main(["--in-flight", "0"])
     assert "--in-flight and --repeats must be at least 1" in capsys.readouterr().err
+    for argv, said in ((["--variants", "opz"], "--variants: opz given; choose from ops, map_blocks"),
+                       (["--chunks", "gpu"], "--chunks: gpu given; choose from numpy, cupy")):
+        with pytest.raises(SystemExit):
+            dask_scaling.main(argv)
+        assert said in capsys.readouterr().err
     try:
         import dask_cuda  # noqa: F401
     except ImportError:
@@ -203,3 +211,67 @@ def test_dask_evaluate(ed, fakes, rng):
     np.testing.assert_array_equal(z.compute(scheduler="sync"), a + 1)
     with pytest.raises(pyew.FormulaError, match="did you mean"):
         ed.evaluate("xx + 1", local_dict={"x": x})
+
+
+def test_a_loaded_spec_op_alone_computes_and_its_file_travels_with_the_task(ed, fakes, rng, monkeypatch):
+    """One op of a loaded spec file runs as its formula (the library has no kernel of it); the task
+    names the file, so a worker process that has not loaded it loads it first."""
+    pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
+    from pyew import jit, specs
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    pyew.load_spec(ROOT / "examples" / "my_ops.toml")
+    a = rng.standard_normal(40).astype(np.float32)
+    y = ed.softplus(da.from_array(a, chunks=20), beta=2.0)
+    np.testing.assert_allclose(y.compute(scheduler="sync"), np.log1p(np.exp(2 * a)) / 2, rtol=1e-6)
+    task = dict(y.dask)[(y.name, 0)]
+    fn = task[0] if isinstance(task, tuple) else task.func
+    path = str((ROOT / "examples" / "my_ops.toml").resolve())
+    assert (path, ("softplus",)) in fn.args[4]
+    loads = []
+    monkeypatch.setattr(specs, "loaded_ops", lambda: {})            # as in a fresh worker process
+    monkeypatch.setattr(specs, "load_spec", lambda p: loads.append(p))
+    ed._apply_formula(*fn.args, a[:20])
+    assert loads == [path]
+
+
+def test_fusing_stops_where_a_kernel_would_take_too_many_arrays(ed, fakes, rng):
+    from pyew import jit
+    parts = [rng.standard_normal(12).astype(np.float32) for _ in range(jit.MAX_ARRAYS + 2)]
+    total = parts[0]
+    for p in parts[1:]:
+        total = ed.add(total, da.from_array(p, chunks=6)) if isinstance(total, da.Array) else \
+            ed.add(da.from_array(total, chunks=6), da.from_array(p, chunks=6))
+    np.testing.assert_allclose(total.compute(scheduler="sync"), np.sum(parts, axis=0, dtype=np.float32), rtol=1e-5)
+    many = {f"v{i}": da.from_array(p, chunks=6) for i, p in enumerate(parts)}
+    with pytest.raises(pyew.FormulaError, match="a fused kernel takes at most"):
+        ed.evaluate(" + ".join(many), local_dict=many)
+
+
+def test_a_chain_built_in_a_loop_fuses_in_pieces(ed, fakes):
+    """500 steps build in a moment, without recursing 500 deep, and compute as the loop says."""
+    from pyew import formula
+    y = da.zeros(8, chunks=4, dtype=np.float32)
+    for _ in range(500):
+        y = ed.add(y, 1.0)
+    assert len(formula.calls(ed._FORMULAS[y.name][0])) <= ed.MAX_FUSED_CALLS
+    np.testing.assert_array_equal(y.compute(scheduler="sync"), np.full(8, 500, np.float32))
+
+
+def test_a_persisted_result_is_read_not_recomputed(ed, fakes, rng):
+    from pyew import formula
+    a = rng.standard_normal(8).astype(np.float32)
+    y = ed.mul(ed.add(da.from_array(a, chunks=4), 1.0), 3.0).persist(scheduler="sync")
+    z = ed.mul(y, 2.0)
+    assert len(formula.calls(ed._FORMULAS[z.name][0])) == 1        # y's chunks are its input
+    np.testing.assert_allclose(z.compute(scheduler="sync"), (a + 1) * 3 * 2, rtol=1e-6)
+
+
+def test_map_blocks_meta_follows_gpu_chunks_in_any_argument(ed, no_gpu, monkeypatch):
+    x = da.ones(8, chunks=4, dtype=np.float32)
+    g = da.ones(8, chunks=4, dtype=np.float32)
+    monkeypatch.setattr(ed, "_is_cupy", lambda meta: meta is g._meta)
+    used, real = [], ed.meta_from_array
+    monkeypatch.setattr(ed, "meta_from_array", lambda m, ndim, dtype: used.append(m) or real(m, ndim=ndim, dtype=dtype))
+    ed.map_blocks(lambda a, b: a, x, g)
+    assert used == [g._meta]

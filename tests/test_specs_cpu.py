@@ -147,6 +147,19 @@ def test_a_compile_error_names_the_op_not_a_page_of_cpp(tmp_path):
     assert len(str(e.value).splitlines()) == 1
 
 
+def test_a_compile_error_at_the_first_call_names_the_file_op_and_field(tmp_path, monkeypatch):
+    """The spec's expr compiles at an op's first call: its error says which file, op and field."""
+    n = fresh("broken")
+    path = spec_file(tmp_path, op_toml(n, "x + nosuchfunction(x)"))
+    ops = pyew.load_spec(path)
+
+    def run(*a, **k):
+        raise jit.CompileError(f"NVRTC could not compile the kernel of formula '{n}(x)': nosuchfunction")
+    monkeypatch.setattr(fused, "run", run)
+    with pytest.raises(jit.CompileError, match=rf"ops.toml: op '{n}': field 'expr': NVRTC could not compile"):
+        ops[n]([1.0, 2.0])
+
+
 def test_fuse_traces_loaded_ops():
     ops = pyew.load_spec(ROOT / "examples" / "my_ops.toml")
     from pyew import formula
