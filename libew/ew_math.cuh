@@ -384,10 +384,10 @@ __device__ __forceinline__ T wrap_mul(T a, T b) {
 }
 
 // relu on two 16-bit values at once (__half2, __nv_bfloat162), bit for bit the scalar form
-// v < 0 ? 0 : v: -0 and NaN pass through, a negative lane becomes +0. For paired spec forms.
+// v <= 0 ? 0 : v: NaN passes through, a negative or zero lane becomes +0. For paired spec forms.
 template <typename P>
 __device__ __forceinline__ P relu2(P v) {
-  const unsigned negative = __hlt2_mask(v, P{});   // 0xffff in each lane below +0
+  const unsigned negative = __hle2_mask(v, P{});   // 0xffff in each lane at or below +0 (-0 too)
   unsigned bits;
   memcpy(&bits, &v, sizeof bits);
   bits &= ~negative;

@@ -10,7 +10,8 @@
 namespace ew {
 
 // Conversions between storage and compute types. half/bfloat16 from double go directly, not
-// through float, so f64 -> f16 is rounded once.
+// through float, so f64 -> f16 is rounded once; bfloat16 from an integer goes through double
+// (exact for int32), as an int32 above 2^24 rounded to float first would be rounded twice.
 template <typename To, typename From>
 __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -24,6 +25,7 @@ __device__ __forceinline__ To convert(From v) {
     else return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
     if constexpr (std::is_same_v<From, double>) return __double2bfloat16(v);
+    else if constexpr (std::is_integral_v<From> && sizeof(From) >= 4) return __double2bfloat16(static_cast<double>(v));
     else return __float2bfloat16_rn(static_cast<float>(v));
   } else {
     return static_cast<To>(v);

@@ -50,6 +50,27 @@ class _Ordered:
         self.read_by(stream)
 
 
+    def settled_on(self, stream) -> None:
+        """Another library's `stream` (a consumer's, which may write) waits for every use queued so
+        far: the last write and the reads since. It is not recorded as a use: pyew cannot know how
+        long that stream lives."""
+        with _order_lock:
+            uses = (self.last, *(self.readers or ()))
+        for s in uses:
+            if s.ordinal != stream.ordinal or (s.handle or 1) != (stream.handle or 1):
+                rt.stream_wait(stream, s)
+
+    def settled(self):
+        """The stream whose queued work covers every use so far (the CUDA Array Interface names one
+        stream): the last write's, after it waits for the reads since."""
+        with _order_lock:
+            last, readers = self.last, self.readers
+        for s in readers or ():
+            if _other(s, last):
+                rt.stream_wait(last, s)
+        return last
+
+
 class Buffer(_Ordered):
     """Owns one pool allocation. Freed on its own stream when the last view goes away; streams it
     was used on besides that one are waited for first, so the free cannot overtake their work."""
@@ -78,7 +99,7 @@ class Buffer(_Ordered):
                 self.others.append(stream)
 
     def __del__(self):
-        if not self.ptr:
+        if not getattr(self, "ptr", 0):       # its __init__ did not get as far as allocating
             return
         try:
             if self.others is None:
@@ -98,11 +119,16 @@ class Buffer(_Ordered):
 
 class Foreign(_Ordered):
     """Memory another library owns (imported through CUDA Array Interface or DLPack): `owner`
-    keeps it alive. pyew cannot order the owner's frees after its own work, so, as with any
-    consumer of these protocols, the producer's object must outlive the work queued on it."""
-    __slots__ = ("owner", "ordinal", "used", "read_only", "readers", "__weakref__")
+    keeps it alive. `producer`: the owner's stream the import waited for, where it is known
+    (torch's or CuPy's current stream, CUDA Array Interface v3's `stream`) and is not the call's.
+    When the import ends, the producer's stream waits for every pyew stream that used the memory,
+    so the owner's later work (a write, its allocator reusing a freed temporary) follows pyew's
+    kernels as it would on one stream. An import made for one call ends with the call; a view the
+    caller keeps (pyew.asarray, pyew.from_dlpack) drops its producer (`keep`): like any consumer
+    of these protocols, its user orders the owner's later work (pyew.ExternalStream)."""
+    __slots__ = ("owner", "ordinal", "used", "read_only", "readers", "producer", "others", "__weakref__")
 
-    def __init__(self, owner, read_only: bool = False, ordinal: int = 0, stream=None):
+    def __init__(self, owner, read_only: bool = False, ordinal: int = 0, stream=None, producer=None):
         # An operand is imported on every call that takes one: the streams are looked up only
         # when asked for. `stream`: the one the import ordered after the producer's work, which
         # a consumer of this array must then wait for.
@@ -111,6 +137,8 @@ class Foreign(_Ordered):
         self.used = stream
         self.read_only = read_only
         self.readers = None
+        self.producer = producer
+        self.others = [stream] if producer is not None and stream is not None and _other(producer, stream) else None
 
     @property
     def stream(self):
@@ -124,7 +152,41 @@ class Foreign(_Ordered):
         self.used = stream
 
     def read_by(self, stream) -> None:
-        pass        # the owner's object keeps the memory; nothing to order
+        """A pyew stream uses the memory: the producer's stream will wait for it."""
+        p = self.producer
+        if p is None or not _other(p, stream):
+            return
+        with _order_lock:
+            if self.others is None:
+                self.others = []
+            if stream not in self.others:
+                self.others.append(stream)
+
+    def keep(self) -> None:
+        """The caller keeps this import as its own view: its producer may not outlive it, so no
+        stream of the producer is waited on for it."""
+        self.producer = self.others = None
+
+    def __del__(self):
+        p, others = self.producer, self.others
+        if p is None or not others or sys.is_finalizing():
+            return
+        try:
+            for s in others:
+                rt.stream_wait(p, s)
+        except Exception:   # never raise from a finalizer
+            pass
+
+
+def _unpickled(values: np.ndarray) -> "DeviceArray":
+    return from_host(values, rt.resolve_stream(None))
+
+
+def keep_view(d: "DeviceArray") -> "DeviceArray":
+    """d, an import of another library's GPU array that the caller keeps (Foreign.keep)."""
+    if isinstance(d._buf, Foreign):
+        d._buf.keep()
+    return d
 
 
 def _other(a, b) -> bool:
@@ -285,6 +347,15 @@ class DeviceArray:
             raise TypeError("iteration over a 0-d DeviceArray")
         return (self[i] for i in range(self.shape[0]))
 
+    def __contains__(self, value) -> bool:
+        """`value in d`, numpy's (d == value).any(), on the values copied to the host."""
+        return value.get() in self.get() if isinstance(value, DeviceArray) else value in self.get()
+
+    def __index__(self) -> int:
+        if self.ndim or self.info.kind != "int":
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return int(self.get())
+
     # -- numpy's operators and ufuncs (pyew.ufuncs) ---------------------------------------------
     __add__, __radd__, __iadd__ = _arith("add", "add")
     __sub__, __rsub__, __isub__ = _arith("subtract", "sub")
@@ -309,13 +380,13 @@ class DeviceArray:
     __invert__ = _unary("invert", "invert")
 
     def __pow__(self, other, mod=None):
-        return _ufuncs.binary("power", self, other) if mod is None else NotImplemented
+        return _ufuncs.power(self, other) if mod is None else NotImplemented
 
     def __rpow__(self, other, mod=None):
         return _ufuncs.reflected("power", self, other) if mod is None else NotImplemented
 
     def __ipow__(self, other):
-        return _ufuncs.inplace("power", self, other)
+        return _ufuncs.power(self, other, in_place=True)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         return _ufuncs.array_ufunc(ufunc, method, inputs, kwargs)
@@ -345,7 +416,7 @@ class DeviceArray:
         """CUDA Array Interface v3. `stream` is the stream whose queued work a consumer must wait
         for (1 = the legacy default stream). bfloat16 has no typestr a consumer understands
         (it reads as '<V2'): use DLPack (torch.from_dlpack) for bfloat16."""
-        last = self._buf.last
+        last = self._buf.settled()
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.readonly),
                 "version": 3, "strides": None, "stream": last.handle or 1}
 
@@ -374,10 +445,7 @@ class DeviceArray:
         with rt.on(ordinal):
             src = self.copy() if copy else self
             if stream != -1:
-                consumer = rt.foreign_stream(1 if stream is None else stream, ordinal)
-                last = src._buf.last
-                if consumer.handle != (last.handle or 1):
-                    rt.stream_wait(consumer, last)
+                src._buf.settled_on(rt.foreign_stream(1 if stream is None else stream, ordinal))
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
         return dlpack.export(src.ptr, src.shape, src.info, ordinal, src, versioned=versioned,
                              version=version, read_only=src.readonly, copied=bool(copy))
@@ -510,7 +578,10 @@ class DeviceArray:
         return DeviceArray(src._buf, src.ptr, shape, src.info)
 
     def ravel(self, order: str = "C") -> "DeviceArray":
-        """The array as one dimension: a view (a DeviceArray is always C-contiguous)."""
+        """The array as one dimension: a view (a DeviceArray is always C-contiguous, so 'C', 'A' and
+        'K' read it alike; 'F' only for one dimension)."""
+        if order == "K" or (order == "F" and self.ndim <= 1):
+            order = "C"
         return self.reshape(-1, order=order)
 
     def flatten(self, order: str = "C") -> "DeviceArray":
@@ -526,13 +597,32 @@ class DeviceArray:
             rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
 
-    def astype(self, dtype, stream=None) -> "DeviceArray":
-        """Convert on the GPU with the library's cast op `to_<dtype>`; a copy if the dtype is the same."""
+    def astype(self, dtype, order: str = "K", casting: str = "unsafe", subok: bool = True, copy: bool = True, *,
+               stream=None) -> "DeviceArray":
+        """Convert on the GPU with the library's cast op `to_<dtype>`, as numpy's astype: the same
+        dtype is a copy, or the array itself with copy=False; `casting` as numpy's ('unsafe' by
+        default: float to int saturates toward zero, NaN to 0). order: the result is C-ordered
+        ('C', 'A', 'K'; 'F' only for one dimension)."""
         info = lookup_dtype(dtype)
+        if order not in ("C", "A", "K") and not (order == "F" and self.ndim <= 1):
+            raise ValueError(f"astype: pyew's arrays are C-ordered; order={order!r} is not supported")
+        if casting != "unsafe" and not np.can_cast(self.dtype, info.np, casting):
+            raise TypeError(f"Cannot cast array data from {self.dtype!r} to {info.np!r} according to the rule "
+                            f"{casting!r}")
         if info is self.info:
-            return self.copy(stream)
+            return self.copy(stream) if copy else self
         with rt.on(self._buf.stream.ordinal):
             return cast(self, info, stream)
+
+    def __copy__(self) -> "DeviceArray":
+        return self.copy()          # numpy's copy.copy(a) copies the data
+
+    def __deepcopy__(self, memo) -> "DeviceArray":
+        return self.copy()
+
+    def __reduce__(self):
+        """Pickled as its values (copied to the host), as CuPy's arrays are; unpickled onto the current GPU."""
+        return _unpickled, (self.get(),)
 
     def to_device(self, device, stream=None) -> "DeviceArray":
         """This array on GPU `device` (an int or a pyew.Device): itself if it is there already, else a
@@ -549,8 +639,8 @@ class DeviceArray:
             if self.size:
                 rt.stream_wait(s, self._buf.last)
                 rt.copy_peer(out.ptr, j, self.ptr, i, self.nbytes, s.cu)
-                # what is queued next on this array's GPU (a write into it, the owner's free of a
-                # foreign array) waits for the copy, as it would on one GPU's default stream
+                # what is queued next on this array's GPU (a write into it) waits for the copy, as it
+                # would on one GPU's default stream; an imported array's owner, when the import ends
                 rt.stream_wait(self._buf.last, s)
                 self._buf.read_by(s)
         return out

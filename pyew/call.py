@@ -160,6 +160,17 @@ def device_out(out, stream, op: str, what: str = "out"):
     return d
 
 
+def returned(out, res):
+    """What a call given out= returns: the caller's own objects, as numpy does, where pyew wrote
+    into another library's GPU array through a view imported for the call (dropping the view
+    makes the owner's stream wait for pyew's work: array.Foreign). relu_mask's out is a pair."""
+    if type(out) is DeviceArray or isinstance(out, np.ndarray):
+        return res
+    if isinstance(out, (tuple, list)) and isinstance(res, tuple) and len(out) == len(res):
+        return tuple(returned(o, r) if o is not None else r for o, r in zip(out, res))
+    return out if isinstance(res, DeviceArray) else res
+
+
 def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: str = "out"):
     """Validate out= for a result of `shape` and `info`: a GPU array (pyew's or foreign) for a GPU
     call, a writeable numpy array for a host call. Returns the out to write (imported if foreign)."""
@@ -188,8 +199,59 @@ def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: s
                 got = None
             oshape = out.shape
     if got is not info or tuple(oshape) != tuple(shape):
-        raise ValueError(f"{op}: {what} is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}")
+        raise OutMismatch(f"{op}: {what} is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}",
+                          info, tuple(shape))
     return out
+
+
+class OutMismatch(ValueError):
+    """out= that the kernel cannot write directly: another dtype, another shape, or a GPU array
+    overlapping an input in part. Raised before anything is allocated or queued; an op function
+    or formula then writes its result into out as numpy's out= does (write_out), and anything else
+    reports it as it is."""
+
+    def __init__(self, message: str, info: dt.DType | None = None, shape: tuple | None = None):
+        super().__init__(message)
+        self.info, self.shape = info, shape
+
+
+def write_out(out, why: OutMismatch, compute: Callable, op: str, stream):
+    """out= as numpy's: the result computed without it (`compute()`), then written into out, cast
+    with casting 'same_kind' (checked first, so a refused cast computes nothing) and, for a numpy
+    out, broadcast to its shape. Returns out."""
+    if why.info is not None:
+        want = getattr(out, "dtype", None)
+        if want is not None and not np.can_cast(why.info.np, want, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc {op!r} output from {why.info.np!r} to {np.dtype(want)!r} with casting "
+                            "rule 'same_kind'") from None
+        oshape = tuple(getattr(out, "shape", ()))
+        try:
+            both = np.broadcast_shapes(why.shape, oshape)
+        except ValueError:
+            both = why.shape
+        if both != oshape:
+            raise ValueError(f"{op}: non-broadcastable output operand with shape {oshape} doesn't match the "
+                             f"broadcast shape {both}") from None
+        if not isinstance(out, np.ndarray) and oshape != why.shape:
+            raise why           # a GPU out of a larger shape: pyew's kernels write the result's shape
+    res = compute()
+    if isinstance(out, np.ndarray):
+        np.copyto(out, res.get() if isinstance(res, DeviceArray) else res, casting="same_kind")
+        return out
+    s = resolve_stream_of(out, stream)
+    with s:
+        target = out if type(out) is DeviceArray else device_out(out, s, op)
+        target[...] = res
+    return out
+
+
+def resolve_stream_of(out, stream):
+    """The stream a result is written into `out` on: stream=, else the current one of out's GPU."""
+    if stream is not None:
+        return rt.resolve_stream(stream)
+    i = interop.device_index(out)
+    with rt.on(rt.current_ordinal() if i is None else i):
+        return rt.current_stream()
 
 
 def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: bool = True) -> None:
@@ -199,7 +261,7 @@ def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: boo
         if o.kind == DEVICE:
             how = aliasing(out, o.value)
             if how == PARTIAL or how == SAME and not exact_ok:
-                raise ValueError(f"{op}: out overlaps input {o.name!r} without being exactly it; use a separate out")
+                raise OutMismatch(f"{op}: out overlaps input {o.name!r} without being exactly it; use a separate out")
 
 
 def overlaps(a: DeviceArray, b) -> bool:

@@ -467,10 +467,21 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     names: the tree's variables, where the caller has them."""
     if names is None:
         names = formula.variables(tree)
-    if rt.several():
-        with rt.on(call.device_of([values[n] for n in names], out, stream)):
-            return _run(tree, values, text, out, stream, names)
-    return _run(tree, values, text, out, stream, names)
+    if type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
+        out = out[0]
+
+    def go(out):
+        if rt.several():
+            with rt.on(call.device_of([values[n] for n in names], out, stream)):
+                return _run(tree, values, text, out, stream, names)
+        return _run(tree, values, text, out, stream, names)
+    if out is None:
+        res = go(None)
+        return res[()] if type(res) is np.ndarray and not res.ndim else res
+    try:
+        return call.returned(out, go(out))
+    except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
+        return call.write_out(out, e, lambda: go(None), text, stream)
 
 
 def _run(tree, values: dict, text: str, out, stream, names):

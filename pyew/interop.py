@@ -23,7 +23,7 @@ import numpy as np
 from . import dlpack, library
 from . import dtypes as dt
 from . import runtime as rt
-from .array import DeviceArray, Foreign, from_host, lookup_dtype, target_device
+from .array import DeviceArray, Foreign, from_host, keep_view, lookup_dtype, target_device
 from .errors import LibraryError
 
 _CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
@@ -84,7 +84,7 @@ def _contiguous_fix(obj) -> str:
 
 
 def _check_contiguous(obj, shape, strides, unit: int, op, name) -> None:
-    if strides is None:
+    if strides is None or 0 in tuple(shape):     # an empty array has no layout to check
         return
     want = 1
     for n, s in zip(reversed(shape), reversed(tuple(strides))):
@@ -128,9 +128,11 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
         raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ points to host memory, not a GPU's; pass it "
                          "as a numpy array (np.asarray) instead")
     _check_device(ordinal, stream, op, name)
+    waited = None
     if producer is not None and producer != _stream_arg(stream):
-        rt.stream_wait(stream, rt.foreign_stream(int(producer), ordinal))
-    return DeviceArray(Foreign(obj, bool(read_only), ordinal, stream), int(ptr or 0), shape, info)
+        waited = rt.foreign_stream(int(producer), ordinal)
+        rt.stream_wait(stream, waited)
+    return DeviceArray(Foreign(obj, bool(read_only), ordinal, stream, waited), int(ptr or 0), shape, info)
 
 
 def _from_dlpack(obj, stream, op, name) -> DeviceArray:
@@ -166,7 +168,7 @@ def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
     with rt.on(int(index)):
         s = rt.resolve_stream(stream)
         d = _from_dlpack(obj, s, "from_dlpack", "x")
-        return d.copy(s) if copy else d
+        return d.copy(s) if copy else keep_view(d)
 
 
 def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
@@ -191,11 +193,12 @@ def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
     if d is None:
         raise TypeError(f"asarray: a {type(obj).__name__} says it is on GPU {src} but offers neither the CUDA Array "
                         "Interface nor DLPack")
+    same = dtype is None or lookup_dtype(dtype) is d.info
+    if not moved and same:
+        return d if d is obj else keep_view(d)     # the caller's view of the foreign array
     if moved:
         d = d.to_device(want, stream)
-    if dtype is None or lookup_dtype(dtype) is d.info:
-        return d
-    return d.astype(dtype, stream)
+    return d if same else d.astype(dtype, stream=stream)
 
 
 # ---- native readers: PyTorch and CuPy through their own attributes ----------------------------------
@@ -205,7 +208,7 @@ _readers: dict[type, object] = {}      # type -> reader function, or None for th
 
 def _native_reader(t: type):
     root = t.__module__.split(".")[0]
-    reader = _exchange_reader(t, root)
+    reader = _exchange_reader(t)
     if reader is not None:
         return reader
     mod = sys.modules.get(root) if root in ("torch", "cupy") else None
@@ -229,9 +232,11 @@ def _over(owner, read_only: bool, index: int, ptr: int, shape, info, producer: i
     call's stream waits for the producer's current stream `producer` (a handle)."""
     if index != stream.ordinal:
         wrong_device(index, stream, op, name)
+    waited = None
     if producer != stream.handle:
-        rt.stream_wait(stream, rt.foreign_stream(producer, index))
-    return DeviceArray(Foreign(owner, read_only, index, stream), ptr, shape, info)
+        waited = rt.foreign_stream(producer, index)
+        rt.stream_wait(stream, waited)
+    return DeviceArray(Foreign(owner, read_only, index, stream, waited), ptr, shape, info)
 
 
 def wrong_device(index: int, stream, op, name):
@@ -322,7 +327,7 @@ def _cupy_reader(cupy):
 _dl_dtypes: dict[int, dt.DType | None] = {}      # code | bits << 8 | lanes << 16 -> dtype row
 
 
-def _exchange_reader(t: type, root: str):
+def _exchange_reader(t: type):
     """A reader through the type's DLPack C exchange API, or None where the type has none (or one
     of another major version) or pyew runs without its C extension. A torch tensor is read as the
     plain tensor the API offers (torch's tensors are writable; whether one requires grad is asked
@@ -341,7 +346,9 @@ def _exchange_reader(t: type, root: str):
         ext.dlpack_version(api)
     except (TypeError, ValueError):        # not such a capsule, or a major version pyew cannot read
         return None
-    view, torch, owned = ext.dlpack_view, root == "torch", root != "torch"
+    # a subclass of torch.Tensor defined elsewhere inherits torch's API and tensors (requires_grad)
+    torch = any(getattr(k, "__module__", "").split(".")[0] == "torch" for k in t.__mro__)
+    view, owned = ext.dlpack_view, not torch
 
     def read(x, stream, op, name):
         try:

@@ -198,13 +198,39 @@ def takes(x) -> bool:
 
 def binary(ufunc: str, a, b):
     """a <op> b for DeviceArray a on the left (__add__, and comparisons either way round)."""
-    if b is None and ufunc in ("equal", "not_equal"):      # numpy: no element is None
-        res = array.zeros(a.shape, "bool", device=a.ordinal)
+    if ufunc in ("equal", "not_equal") and (b is None or isinstance(b, (str, bytes))):
+        res = array.zeros(a.shape, "bool", device=a.ordinal)       # numpy 2: no element equals it
         return res if ufunc == "equal" else unary("logical_not", res)
     if type(b) not in _PLAIN and not takes(b):
         return NotImplemented
     e = _entries.get(ufunc) or _function(ufunc)
     return e[0](a, b)
+
+
+def power(a, b, in_place: bool = False):
+    """a ** b (and a **= b) for DeviceArray a, as numpy's operator: for a float array and a Python
+    exponent of 2, -1 or 0.5 the ufunc numpy's operator takes instead (square, reciprocal, sqrt:
+    exact where power's exp(y log x) may round the other way); an integer array to a negative
+    integer power is numpy's ValueError."""
+    if a.info.name in ("float16", "float32", "float64"):        # numpy's float types (not bfloat16)
+        t = type(b)
+        fast = ("square" if t is int and b == 2 else "reciprocal" if t is int and b == -1 else
+                "sqrt" if t is float and b == 0.5 else None)
+        if fast is not None and (_entries.get(fast) or _entry(fast)) is not None:
+            fn, op = _entries.get(fast) or _function(fast)
+            if not in_place:
+                return fn(a)
+            into(fn, op, fast, (a,), a)
+            return a
+    negative_int_power(a, b)
+    return inplace("power", a, b) if in_place else binary("power", a, b)
+
+
+def negative_int_power(a, b) -> None:
+    """numpy's error for an integer base to a negative integer exponent (a number; arrays of
+    exponents are not read back to check)."""
+    if a.info.kind == "int" and isinstance(b, (int, np.integer)) and not isinstance(b, (bool, np.bool_)) and b < 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
 
 
 def reflected(ufunc: str, a, b):
@@ -370,6 +396,8 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     if len(op.inputs) != ufunc.nin:
         raise TypeError(f"op {op.name} implements numpy's {name} in the loaded library but takes "
                         f"{len(op.inputs)} input(s), and numpy's {name} takes {ufunc.nin}; fix its spec")
+    if name == "power" and isinstance(inputs[0], DeviceArray):
+        negative_int_power(inputs[0], inputs[1])
     o = outs[0] if outs else None
     if o is None:
         return fn(*inputs)

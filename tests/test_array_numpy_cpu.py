@@ -61,7 +61,8 @@ def test_device_array_has_every_operator_and_routes_it(monkeypatch):
         binary=lambda u, a, b: calls.append(("binary", u, b)) or "r",
         reflected=lambda u, a, b: calls.append(("reflected", u, b)) or "r",
         inplace=lambda u, a, b: calls.append(("inplace", u, b)) or "r",
-        unary=lambda u, a: calls.append(("unary", u, None)) or "r")
+        unary=lambda u, a: calls.append(("unary", u, None)) or "r",
+        power=lambda a, b, in_place=False: calls.append(("inplace" if in_place else "binary", "power", b)) or "r")
     monkeypatch.setattr(array, "_ufuncs", stub)
     d = _bare()
     for o in OPERATORS:
@@ -429,7 +430,7 @@ def test_in_place_follows_numpys_casting(lib, rng):
     _same(xi, i)
     xi += 2**20
     _same(xi, i + 2**20)
-    with pytest.raises(ValueError, match="out is float32 \\(50,\\), the result is float32 \\(3, 50\\)"):
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(50,\\)"):
         x += np.ones((3, 50), np.float32)               # the op's own check of out=
     with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(50,\\) doesn't match the "
                                          "broadcast shape \\(3, 50\\)"):
@@ -727,3 +728,119 @@ def test_comparing_with_none_is_elementwise_as_numpy(lib):
     np.testing.assert_array_equal((d == None).get(), np.arange(3) == None)     # noqa: E711
     np.testing.assert_array_equal((d != None).get(), np.arange(3) != None)     # noqa: E711
     assert (d == None).dtype == np.bool_                                        # noqa: E711
+
+
+@needs_lib
+def test_copies_and_pickles_are_copies(lib):
+    import copy
+    import pickle
+    a = np.arange(4, dtype=np.float32)
+    d = pyew.asarray(a)
+    for c in (copy.copy(d), copy.deepcopy(d), pickle.loads(pickle.dumps(d))):
+        assert isinstance(c, DeviceArray) and c.ptr != d.ptr and c.dtype == d.dtype
+        c[0] = 100
+        np.testing.assert_array_equal(d.get(), a)
+        assert c.get()[0] == 100
+
+
+@needs_lib
+def test_astype_takes_numpys_arguments(lib):
+    d = pyew.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert d.astype(np.float32, copy=False) is d and d.astype("float32").ptr != d.ptr
+    assert d.astype("float64", "K").dtype == np.float64 and d.astype("float64", order="C").shape == (2, 3)
+    with pytest.raises(TypeError, match="according to the rule 'safe'"):
+        d.astype("int32", casting="safe")
+    assert d.astype("float64", casting="safe").dtype == np.float64
+    with pytest.raises(ValueError, match="order='F' is not supported"):
+        d.astype("float64", order="F")
+    assert d.ravel("K").shape == (6,) and d[0].ravel("F").shape == (3,)
+
+
+@needs_lib
+def test_index_and_in_as_numpy(lib):
+    z = pyew.asarray(np.array(2, np.int32))
+    assert [10, 11, 12][z] == 12 and list(range(z)) == [0, 1]
+    with pytest.raises(TypeError, match="only integer scalar arrays"):
+        [1, 2][pyew.asarray(np.array([1], np.int32))]
+    with pytest.raises(TypeError, match="only integer scalar arrays"):
+        [1, 2][pyew.asarray(np.array(1.0))]
+    d = pyew.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert 4 in d and 7 not in d
+
+
+@needs_lib
+def test_comparing_with_a_string_is_elementwise_as_numpy(lib):
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal((d == "a").get(), [False] * 3)
+    np.testing.assert_array_equal((d != b"a").get(), [True] * 3)
+
+
+@needs_lib
+def test_power_operator_takes_numpys_fast_paths(lib, monkeypatch):
+    """d ** 2, d ** -1 and d ** 0.5 of a float array run square, reciprocal and sqrt, as numpy's
+    operator does (exact); an integer array to a negative integer power is numpy's ValueError."""
+    from pyew import ufuncs
+
+    class Uncached(dict):
+        def __setitem__(self, k, v):
+            pass
+    ran = []
+    real = ufuncs._entry
+    monkeypatch.setattr(ufuncs, "_entries", Uncached())
+    monkeypatch.setattr(ufuncs, "_entry", lambda name: ran.append(name) or real(name))
+    x = np.array([0.25, 4.0, 9.0], np.float32)
+    d = pyew.asarray(x)
+    for e, name in ((2, "square"), (-1, "reciprocal"), (0.5, "sqrt"), (3, "power"), (2.0, "power")):
+        ran.clear()
+        np.testing.assert_allclose((d ** e).get(), x ** e, rtol=1e-6)
+        assert ran[0] == name, (e, ran)
+    d **= 2
+    np.testing.assert_array_equal(d.get(), x * x)
+    i = pyew.asarray(np.arange(1, 4, dtype=np.int32))
+    for bad in (lambda: i ** -1, lambda: np.power(i, -2)):
+        with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+            bad()
+    np.testing.assert_array_equal((i ** 2).get(), [1, 4, 9])
+
+
+@needs_lib
+def test_out_as_numpys(lib):
+    """out= of another dtype is written with casting 'same_kind' (a refused cast is numpy's
+    TypeError, nothing computed or written); out=(o,); a numpy out the result broadcasts to;
+    a GPU out overlapping an input in part; 0-d operands give numpy scalars."""
+    x = np.arange(6, dtype=np.float32)
+    o64 = np.full(6, np.nan)
+    assert pyew.add(x, x, out=o64) is o64
+    np.testing.assert_array_equal(o64, x + x)
+    o32 = np.full(6, -1, np.int32)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\\('float32'\\) to "
+                                        "dtype\\('int32'\\)"):
+        pyew.add(x, x, out=o32)
+    assert (o32 == -1).all()
+    o = np.zeros(6, np.float32)
+    assert pyew.add(x, 1, out=(o,)) is o and (o == x + 1).all()
+    wide = np.zeros((2, 6), np.float32)
+    assert pyew.add(x, 1, out=wide) is wide
+    np.testing.assert_array_equal(wide, np.broadcast_to(x + 1, (2, 6)))
+    with pytest.raises(ValueError, match="non-broadcastable output operand"):
+        pyew.add(x, 1, out=np.zeros(3, np.float32))
+    d = pyew.asarray(x)
+    g64 = pyew.empty(6, "float64")
+    assert pyew.add(d, d, out=g64) is g64
+    np.testing.assert_array_equal(g64.get(), x + x)
+    assert pyew.evaluate("d * 2", out=g64) is g64
+    np.testing.assert_array_equal(g64.get(), x * 2)
+    pyew.add(d[1:], d[:-1], out=d[1:])
+    np.testing.assert_array_equal(d.get(), np.concatenate([[0], x[1:] + x[:-1]]))
+    r = pyew.exp(np.float32(1))
+    assert type(r) is np.float32 and abs(r - np.exp(np.float32(1))) <= 1e-6
+    assert type(pyew.add(1, 2)) is np.int64 and pyew.add(1, 2) == 3
+
+
+@needs_lib
+def test_masked_arrays_are_refused_not_unmasked(lib):
+    m = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0], dtype=np.float32)
+    for call in (lambda: pyew.exp(m), lambda: pyew.add(np.ones(3, np.float32), m),
+                 lambda: pyew.evaluate("m + 1", {"m": m})):
+        with pytest.raises(TypeError, match="masked array, and pyew has no masks.*a.filled"):
+            call()

@@ -113,7 +113,7 @@ def test_relu_mask_streams_its_bitmask(fakes, rng):
 def test_errors_change_nothing(fakes, rng):
     x = rng.standard_normal(100).astype(np.float32)
     out = np.full(100, 7.0, np.float32)
-    with pytest.raises(ValueError, match="result is float32 \\(100,\\)"):
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(99,\\)"):
         pyew.relu(x, out=np.empty(99, np.float32))
     with pytest.raises(TypeError, match="unexpected keyword"):
         pyew.elu(x, beta=1.0, out=out)
@@ -312,10 +312,9 @@ def test_python_numbers_off_the_short_path(fakes, rng):
     launches.clear()
     with pytest.raises(OverflowError, match="out of bounds for int32"):
         pyew.add(xi, 2**40)
-    with pytest.raises(ValueError, match="out is float64"):
-        pyew.add(x, 1.0, out=pyew.empty(100, "float64"))
-    with pytest.raises(ValueError, match="out overlaps input"):
-        pyew.add(x[1:], 1.0, out=x[:99])
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\\('float32'\\) to "
+                                        "dtype\\('int32'\\)"):
+        pyew.add(x, 1.0, out=pyew.empty(100, "int32"))
     assert not launches
     np.testing.assert_array_equal(x.get(), a)
     pyew.add(x, 1.0, out=x)                              # exactly the input: in place
@@ -362,9 +361,9 @@ def test_device_broadcasts_take_a_cached_layout(fakes, rng, monkeypatch):
     with pytest.raises(ValueError, match="needs 9 dims after collapsing"):
         pyew.add(nine, pyew.asarray(np.ones((2, 1) * 4 + (2,), np.float32)))
     big = pyew.asarray(np.zeros(6 * 4 * 5 + 1, np.float32))
-    with pytest.raises(ValueError, match="out overlaps input 'x' without being exactly it"):
-        pyew.add(big[:-1].reshape(6, 4, 5), drow, out=big[1:].reshape(6, 4, 5))
-    np.testing.assert_array_equal(big.get(), 0)
+    # an out overlapping an input in part: as numpy, the input is read before the out is written
+    pyew.add(big[:-1].reshape(6, 4, 5), drow, out=big[1:].reshape(6, 4, 5))
+    np.testing.assert_array_equal(big.get(), np.concatenate([[0], np.broadcast_to(row, (6, 4, 5)).ravel()]))
 
 
 # ---- bool, comparisons and where's fixed condition ------------------------------------------------------
@@ -500,13 +499,13 @@ def test_one_dispatch_replays_plans_for_every_gpu_operand_kind(fakes, rng, monke
     pyew.add(xi, 1)
     with pytest.raises(OverflowError, match="out of bounds for int32"):
         pyew.add(xi, 2**40)                                 # the plan's number does not fit: the general error
-    with pytest.raises(ValueError, match="out overlaps input"):
-        pyew.add(keep[1:], keep[1:], out=keep[:-1])         # no plan yet: the general path's check
+    # an out overlapping an input in part reads the input first, as numpy: the general path, then
+    # the same through the plan the call before made
+    pyew.add(keep[1:], keep[1:], out=keep[:-1])
+    np.testing.assert_array_equal(keep.get(), np.concatenate([a[1:] * 2, a[-1:]]))
     pyew.add(x[1:], x[1:])
-    with pytest.raises(ValueError, match="out overlaps input"):
-        pyew.add(x[1:], x[1:], out=x[:-1])                  # with the plan the call before made
-    np.testing.assert_array_equal(x.get(), a)
-    np.testing.assert_array_equal(keep.get(), a)
+    pyew.add(x[1:], x[1:], out=x[:-1])
+    np.testing.assert_array_equal(x.get(), np.concatenate([a[1:] * 2, a[-1:]]))
 
 
 @needs_lib
@@ -547,7 +546,7 @@ def test_plans_keep_numbers_alone_and_params_apart(fakes, rng):
     o = pyew.empty((), "float64")
     pyew.add(1.0, 2.0, out=o)
     r = pyew.add(1.0, 2.0)
-    assert isinstance(r, np.ndarray) and r == 3.0
+    assert type(r) is np.float64 and r == 3.0               # numpy's scalar, as np.add(1.0, 2.0)
     x = pyew.asarray(np.array([1.0, -2.0], np.float32))
     for alpha in (0.0, -0.0, 0.0, float("nan"), float("nan")):
         got = pyew.scale(x, alpha=alpha).get()

@@ -215,8 +215,11 @@ def test_reader_imports_without_a_copy_and_waits_for_the_producer(producer, ext,
     assert (d.ptr, d.shape, d.info) == (buf.ctypes.data, (3, 4), dt.BY_NAME["float32"])
     assert d.owner is t and not d.readonly and fake.waits == []
     producer.var("current", ctypes.c_void_p).value = 0x77
-    interop.import_device(t, _S(), "op", "x")
-    assert [h for _, h in fake.waits] == [0x77]
+    call_stream = _S()
+    d = interop.import_device(t, call_stream, "op", "x")
+    assert [(w, h) for w, h in fake.waits] == [(call_stream, 0x77)]
+    del d           # the import ends: the producer's stream waits for the call's
+    assert len(fake.waits) == 2 and fake.waits[1][0].handle == 0x77 and fake.waits[1][1] == call_stream.handle
 
 
 def test_reader_refusals(producer, ext, fake):
@@ -242,6 +245,23 @@ def test_reader_refusals(producer, ext, fake):
     assert fake.waits == []
 
 
+def test_reader_checks_grad_of_a_torch_subclass_from_another_module(producer, ext, fake):
+    """A parameter class defined in user code inherits torch's API: it is a torch tensor."""
+    buf = np.zeros(4, np.float32)
+    producer.set(buf.ctypes.data, (4,))
+    Param = type("Param", (_tensor_type(producer.capsule()),), {"__module__": "mymodel"})
+    p = Param()
+    p.requires_grad = True
+    with pytest.raises(ValueError, match="requires grad; pass t.detach"):
+        interop.import_device(p, _S(), "op", "x")
+
+
+def test_empty_arrays_of_any_strides_are_contiguous():
+    interop._check_contiguous(object(), (2, 0), (1, 1), 4, "op", "x")
+    with pytest.raises(ValueError, match="non-contiguous"):
+        interop._check_contiguous(object(), (2, 3), (1, 1), 4, "op", "x")
+
+
 def test_reader_host_tensors_are_host_data(producer, ext, fake):
     buf = np.zeros(4, np.float32)
     producer.set(buf.ctypes.data, (4,), device=(1, 0))
@@ -259,5 +279,5 @@ def test_reader_of_another_library_takes_its_read_only_flag(producer, ext, fake)
 def test_reader_skips_an_api_it_cannot_read(producer, ext, fake):
     """A major version pyew does not know: the type is read through its other protocols."""
     T = _tensor_type(producer.capsule("api_next_major"), module="somelib")
-    assert interop._exchange_reader(T, "somelib") is None
+    assert interop._exchange_reader(T) is None
     assert interop.import_device(T(), _S(), "op", "x") is None     # it offers nothing else

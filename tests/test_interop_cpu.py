@@ -143,3 +143,55 @@ def test_bool_through_the_cuda_array_interface_and_dlpack(fake):
     d = interop.import_device(t, _S(), "op", "x")
     assert d.info is dt.BY_NAME["bool"] and d.shape == (2, 2)
     assert d.__cuda_array_interface__["typestr"] == "|b1"
+
+
+def _recorded(monkeypatch):
+    waits = []
+    real = rt.stream_wait
+    monkeypatch.setattr(rt, "stream_wait", lambda w, o: waits.append((w.handle, o.handle)) or real(w, o))
+    return waits
+
+
+def test_the_producers_stream_waits_for_a_call_on_its_arrays(fakes, monkeypatch):
+    """A call on another library's arrays waits for the producer's stream, and when it returns the
+    producer's stream waits for the call's: the owner's later work (a write, its allocator reusing
+    a temporary) follows pyew's kernel. out= returns the caller's own object, as numpy's does."""
+    import pyew
+    waits = _recorded(monkeypatch)
+    x, o = np.arange(8, dtype=np.float32), np.full(8, np.nan, np.float32)
+    xs, os_ = (FakeCAI(a.ctypes.data, (8,), "<f4", stream=0x777) for a in (x, o))
+    assert pyew.add(xs, xs, out=os_) is os_
+    np.testing.assert_array_equal(o, x + x)
+    assert waits.count((0, 0x777)) == 3              # each import (two inputs, out) waits for the producer
+    assert waits.count((0x777, 0)) == 3 and waits.index((0x777, 0)) > waits.index((0, 0x777))
+    waits.clear()
+    with pyew.Stream() as s:
+        pyew.relu(FakeCAI(x.ctypes.data, (8,), "<f4", stream=1))
+    assert waits == [(s.handle, 1), (1, s.handle)]
+
+
+def test_a_kept_view_of_a_foreign_array_does_not_signal_its_producer(fakes, monkeypatch):
+    """pyew.asarray(obj) is the caller's view: the producer's stream may not outlive it."""
+    import pyew
+    waits = _recorded(monkeypatch)
+    x = np.arange(8, dtype=np.float32)
+    d = pyew.asarray(FakeCAI(x.ctypes.data, (8,), "<f4", stream=0x777))
+    np.testing.assert_array_equal(pyew.relu(d).get(), x)
+    del d
+    gc.collect()
+    assert all(w != 0x777 for w, _ in waits)
+
+
+def test_exports_wait_for_every_use_queued_so_far(fakes, monkeypatch):
+    """A consumer may write: DLPack's consumer stream waits for the last write and for reads on
+    other streams; the CUDA Array Interface's one stream is made to cover them."""
+    import pyew
+    d = pyew.asarray(np.arange(8, dtype=np.float32))
+    with pyew.Stream() as s:
+        pyew.relu(d)                          # a read of d on s
+    waits = _recorded(monkeypatch)
+    d.__dlpack__(stream=5)
+    assert sorted(waits) == sorted([(5, 0), (5, s.handle)])
+    waits.clear()
+    assert d.__cuda_array_interface__["stream"] == 1
+    assert waits == [(0, s.handle)]

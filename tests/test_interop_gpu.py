@@ -130,6 +130,36 @@ def test_torch_producer_stream_is_waited_for(torch_cuda):
     assert np.all(got == 6.0)
 
 
+def test_torchs_stream_follows_pyews_work_on_its_tensors(torch_cuda):
+    """pyew runs on its own (busy) stream; torch's next work on its side stream, a write into the
+    out= tensor and an allocation reusing a freed temporary input, must follow pyew's kernels."""
+    torch = torch_cuda
+    n = 1 << 22
+    x = torch.full((n,), 2.0, device="cuda")
+    side = torch.cuda.Stream()
+    # nothing below may synchronize the device, which would order everything: torch's cache holds
+    # blocks for side (no cudaMalloc) and pyew's kernels are loaded (no lazy module load)
+    with torch.cuda.stream(side):
+        warm = [torch.empty(n, device="cuda") for _ in range(3)]
+        pyew.add(x, x, out=warm[0])
+        pyew.mul(warm[1], 2.0)
+    del warm
+    torch.cuda.synchronize()
+    with pyew.Stream() as ps:
+        with torch.cuda.stream(torch.cuda.ExternalStream(ps.handle)):
+            torch.cuda._sleep(200_000_000)                  # pyew's stream stays busy a while
+        with torch.cuda.stream(side):
+            out = torch.empty(n, device="cuda")
+            assert pyew.add(x, x, out=out) is out            # numpy's rule: out= returns out
+            out.fill_(7.0)                                   # queued on side: must run after pyew's add
+            y = pyew.mul(torch.full((n,), 3.0, device="cuda"), 2.0)    # the input is freed at once
+            reuse = torch.full((n,), 100.0, device="cuda")   # may take its memory
+    torch.cuda.synchronize()
+    assert float(out.min()) == 7.0 == float(out.max())
+    got = y.get()
+    assert got.min() == 6.0 == got.max() and float(reuse.min()) == 100.0
+
+
 def test_cupy_arrays_and_stream(cupy, rng):
     cp = cupy
     a = random_array(rng, 5000, "float16")

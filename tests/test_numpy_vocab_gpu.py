@@ -166,6 +166,13 @@ def test_nan_and_signed_zeros(dtype):
             want = getattr(np, name)(a.astype(np.float64), b.astype(np.float64))
         zero = want == 0
         np.testing.assert_array_equal(np.signbit(got)[zero], np.signbit(want)[zero], err_msg=name)
+    # relu, add_relu and relu_mask agree with np.maximum(x, 0) at -0: +0 (float16's maximum keeps -0)
+    zs = np.array([-0.0, 0.0, -1.0, nan], np.float64).astype(x.dtype)
+    dz = pyew.asarray(zs)
+    for got in (pyew.relu(dz).get(), pyew.add_relu(dz, pyew.asarray(np.zeros(4, x.dtype) * -1)).get(),
+                pyew.relu_mask(dz)[0].get()):
+        g = got.astype(np.float64)
+        assert not np.signbit(g[:3]).any() and (g[:3] == 0).all() and np.isnan(g[3])
     np.testing.assert_array_equal(pyew.logical_and(d[0], d[1]).get(),                         # NaN is true
                                   np.logical_and(x.astype(np.float64), y.astype(np.float64)))
     c = pyew.clip(pyew.asarray(x), np.asarray(-1.0, x.dtype), y).get()
@@ -295,3 +302,14 @@ def test_float32_functions_over_every_input(name, torch_cuda):
         if float(err[i]) > worst:
             worst, worst_x = float(err[i]), float(x[fin][i])
     assert worst <= op.ulp, f"{name}: {worst:.3f} ulp at x = {worst_x!r} (bound {op.ulp})"
+
+
+def test_integers_to_bfloat16_round_once():
+    """An int32 above 2^24 rounded to float first would be rounded twice: 2^24 + 2^16 + 1 is just
+    above the midpoint between two bfloat16 values, and exactly on it once rounded to float."""
+    import ml_dtypes
+    v = np.array([16842753, -16842753, 3, 1 << 30, (1 << 24) + (1 << 16)], np.int32)
+    want = np.array([16908288, -16908288, 3, 1 << 30, 16777216], np.float64).astype(ml_dtypes.bfloat16)
+    for dtype in ("int32", "int64"):
+        got = pyew.to_bfloat16(v.astype(dtype))
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=dtype)

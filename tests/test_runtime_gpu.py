@@ -80,17 +80,18 @@ def test_multidim_shapes(rng):
 def test_errors_leave_out_untouched(rng):
     a = random_array(rng, 64, "float32")
     out = np.full(64, 5.0, np.float32)
-    with pytest.raises(ValueError, match="out is float32 \\(63,\\)"):
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(63,\\)"):
         pyew.relu(a, out=np.empty(63, np.float32))
-    with pytest.raises(ValueError, match="out is float32 \\(64,\\), the result is float64"):
-        pyew.add(a, a.astype(np.float64), out=out)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\\('float64'\\) to "
+                                        "dtype\\('int32'\\)"):
+        pyew.add(a, a.astype(np.float64), out=out.view(np.int32))
     with pytest.raises(ValueError, match="do not broadcast"):
         pyew.add(pyew.asarray(a), pyew.asarray(a[:32]))
     with pytest.raises(TypeError, match="must be a GPU array"):
         pyew.relu(pyew.asarray(a), out=out)
     d = pyew.asarray(a)
-    with pytest.raises(ValueError, match="overlaps input"):
-        pyew.relu(d[1:], out=d[:-1])
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'relu' output"):
+        pyew.relu(d, out=pyew.empty(64, "int32"))
     with pytest.raises(OverflowError, match="out of bounds for int32"):
         pyew.add(np.arange(4, dtype=np.int32), 2**40)
     np.testing.assert_array_equal(out, 5.0)
@@ -181,14 +182,15 @@ def test_device_fast_path_with_out(rng):
     np.testing.assert_array_equal(out.get(), a + b)
     assert pyew.add(x, y, out=x) is x                     # exactly an input: in place
     np.testing.assert_array_equal(x.get(), a + b)
-    with pytest.raises(ValueError, match="out is float16 \\(4099,\\)"):
-        pyew.add(x, y, out=pyew.empty(4099, "float16"))
-    with pytest.raises(ValueError, match="out is float32 \\(4098,\\)"):
+    # numpy's out=: another dtype cast with 'same_kind', a partly overlapping out read first
+    o16 = poison(pyew.empty(4099, "float16"))
+    assert pyew.add(x, y, out=o16) is o16
+    np.testing.assert_array_equal(o16.get(), (x.get() + b).astype(np.float16))
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(4098,\\)"):
         pyew.add(x, y, out=pyew.empty(4098, "float32"))
     keep = y.get()
-    with pytest.raises(ValueError, match="overlaps input"):
-        pyew.add(y[1:], y[1:], out=y[:-1])
-    np.testing.assert_array_equal(y.get(), keep)
+    pyew.add(y[1:], y[1:], out=y[:-1])
+    np.testing.assert_array_equal(y.get(), np.concatenate([keep[1:] + keep[1:], keep[-1:]]))
 
 
 def test_small_buffers_are_reused_on_the_default_stream(rng):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
+import numpy as np
+
 from .. import library
-from ..call import device_of
+from ..call import OutMismatch, device_of, returned, write_out
 from ..errors import LibraryError
 from ..formula import trace_if_traced
 from ..runtime import on, several
@@ -34,15 +36,32 @@ def make_function(name: str, impl: Callable, params: list[inspect.Parameter], do
                   fusable: bool = True) -> Callable:
     """An op's Python function; `fusable`: a map op, which pyew.fuse traces into its formula (the
     special kernels are whole-array operations a formula cannot hold)."""
-    def op(*args, **kwargs):
-        traced = trace_if_traced(name, args, kwargs, fusable)     # inside pyew.fuse: build the formula
-        if traced is not None:
-            return traced
+    def run(args, kwargs):
         if several():
             # run on the operands' GPU, restoring the caller's current device afterwards
             with on(device_of(args, kwargs.get("out"), kwargs.get("stream"))):
                 return impl(*args, **kwargs)
         return impl(*args, **kwargs)
+
+    def op(*args, **kwargs):
+        traced = trace_if_traced(name, args, kwargs, fusable)     # inside pyew.fuse: build the formula
+        if traced is not None:
+            return traced
+        out = kwargs.get("out")
+        if out is None:
+            res = run(args, kwargs)
+            # numpy's answer for 0-d operands (numbers, 0-d arrays) is a numpy scalar
+            return res[()] if type(res) is np.ndarray and not res.ndim else res
+        if fusable and type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
+            out = kwargs["out"] = out[0]
+        try:
+            return returned(out, run(args, kwargs))
+        except OutMismatch as e:
+            if not fusable:
+                raise
+            # numpy's out=: another dtype (a same_kind cast), a numpy out the result broadcasts to, a
+            # GPU out overlapping an input in part: the result first, then written into out
+            return write_out(out, e, lambda: run(args, {**kwargs, "out": None}), name, kwargs.get("stream"))
     op.__name__ = op.__qualname__ = name
     op.__module__ = "pyew"
     op.__doc__ = doc
