@@ -9,6 +9,7 @@ it. build/ew.h, every prototype, is for users of the library.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -18,7 +19,7 @@ from mako import exceptions
 from mako.lookup import TemplateLookup
 
 from . import abi
-from .spec import DEFAULT_SPEC, Op, Spec, direct_calls, op_calls, op_tuning, spec_path
+from .spec import DEFAULT_SPEC, REPO, Op, Spec, direct_calls, op_calls, op_tuning, spec_path
 
 TEMPLATES = Path(__file__).parent / "templates"
 LIBEW = Path(__file__).resolve().parent.parent / "libew"
@@ -111,7 +112,18 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
     if command is None:
         command = build_command(spec, Path("build"))
     return {"abi": abi_version(), "spec_files": [{"path": f.path, "sha256": f.sha256} for f in spec.files],
-            "build_command": command, "ops": [op_entry(op, spec) for op in spec.ops]}
+            "sources": source_digests(), "build_command": command, "ops": [op_entry(op, spec) for op in spec.ops]}
+
+
+# What else a library is built from, beside its spec files: libew's hand-written CUDA and the
+# generator's templates. pyew compares them with the checkout it loads the library from, so a
+# library older than its headers (which formulas compile against) is refused as stale.
+SOURCES = ("libew/*.cuh", "libew/*.h", "libew/*.cu", "generator/templates/*.mako")
+
+
+def source_digests() -> list[dict]:
+    return [{"path": p.relative_to(REPO).as_posix(), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+            for pattern in SOURCES for p in sorted(REPO.glob(pattern))]
 
 
 def op_entry(op: Op, spec: Spec) -> dict:

@@ -284,7 +284,9 @@ class Library:
         return p if p.is_absolute() else self.path.parent.parent / p
 
     def _check_fresh(self, raw: dict):
-        for f in raw.get("spec_files", []):
+        """The spec files and sources (libew's headers, the generator's templates) the library was
+        built from, where they are beside it, must be unchanged."""
+        for f in [*raw.get("spec_files", []), *raw.get("sources", [])]:
             p = self.spec_path(f["path"])
             try:
                 data = p.read_bytes()

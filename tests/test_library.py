@@ -93,6 +93,19 @@ def test_stale_library_is_refused(tmp_path):
 
 
 @needs_lib
+def test_a_library_older_than_its_headers_is_stale():
+    """Formulas compile against the checkout's headers: a library built from others is refused."""
+    lib = library.get()
+    sources = lib.manifest.raw["sources"]
+    assert any(f["path"] == "libew/elementwise.cuh" for f in sources)
+    assert any(f["path"].startswith("generator/templates/") for f in sources)
+    lib._check_fresh(lib.manifest.raw)
+    raw = dict(lib.manifest.raw, sources=[dict(sources[0], sha256="0" * 64)])
+    with pytest.raises(LibraryError, match=f"stale: .*{sources[0]['path']} changed.*rebuild it: make all"):
+        lib._check_fresh(raw)
+
+
+@needs_lib
 def test_relative_spec_paths_are_taken_from_the_checkout(tmp_path):
     lib = library.get()
     assert lib.spec_path("libew/ops.toml") == LIB.parent.parent / "libew" / "ops.toml"
