@@ -112,7 +112,8 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
     if command is None:
         command = build_command(spec, Path("build"))
     return {"abi": abi_version(), "spec_files": [{"path": f.path, "sha256": f.sha256} for f in spec.files],
-            "sources": source_digests(), "build_command": command, "ops": [op_entry(op, spec) for op in spec.ops]}
+            "sources": source_digests(), "root": REPO.as_posix(), "build_command": command,
+            "ops": [op_entry(op, spec) for op in spec.ops]}
 
 
 # What else a library is built from, beside its spec files: libew's hand-written CUDA and the

@@ -342,7 +342,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 template <typename R = void, typename C>
 __device__ __forceinline__ C hardswish(C x) {
   if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
-    return fmax_nan(x, -3.f) * __saturatef(fmaf(x, 1.f / 6.f, 0.5f));
+    // the factor is 0 from -3 down: x taken as 0 there gives +0, as the exact form (NaN passes)
+    return (x <= -3.f ? 0.f : x) * __saturatef(fmaf(x, 1.f / 6.f, 0.5f));
   } else if constexpr (std::is_same_v<C, float>) {
     return x <= -3.f ? 0.f : (x >= 3.f ? x : x * (x + 3.f) * (1.f / 6.f));
   } else {

@@ -10,8 +10,8 @@
 namespace ew {
 
 // Conversions between storage and compute types. half/bfloat16 from double go directly, not
-// through float, so f64 -> f16 is rounded once; bfloat16 from an integer goes through double
-// (exact for int32), as an int32 above 2^24 rounded to float first would be rounded twice.
+// through float, so f64 -> f16 is rounded once; bfloat16 from int32 and int64 likewise, as one
+// above 2^24 rounded to float first would be rounded twice.
 template <typename To, typename From>
 __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -25,7 +25,11 @@ __device__ __forceinline__ To convert(From v) {
     else return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
     if constexpr (std::is_same_v<From, double>) return __double2bfloat16(v);
-    else if constexpr (std::is_integral_v<From> && sizeof(From) >= 4) return __double2bfloat16(static_cast<double>(v));
+    else if constexpr (std::is_same_v<From, long long> || std::is_same_v<From, long>) return __ll2bfloat16_rn(v);
+    else if constexpr (std::is_same_v<From, int>) return __int2bfloat16_rn(v);
+    else if constexpr (std::is_same_v<From, unsigned long long> || std::is_same_v<From, unsigned long>)
+      return __ull2bfloat16_rn(v);
+    else if constexpr (std::is_same_v<From, unsigned>) return __uint2bfloat16_rn(v);
     else return __float2bfloat16_rn(static_cast<float>(v));
   } else {
     return static_cast<To>(v);

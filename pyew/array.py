@@ -620,6 +620,10 @@ class DeviceArray:
     def __deepcopy__(self, memo) -> "DeviceArray":
         return self.copy()
 
+    def __dask_tokenize__(self):
+        """dask's name for this array: its memory and layout (pickling would copy it to the host)."""
+        return ("pyew.DeviceArray", self.ordinal, self.ptr, self.shape, self.dtype.str, id(self._buf))
+
     def __reduce__(self):
         """Pickled as its values (copied to the host), as CuPy's arrays are; unpickled onto the current GPU."""
         return _unpickled, (self.get(),)

@@ -218,13 +218,18 @@ class OutMismatch(ValueError):
 def write_out(out, why: OutMismatch, compute: Callable, op: str, stream):
     """out= as numpy's: the result computed without it (`compute()`), then written into out, cast
     with casting 'same_kind' (checked first, so a refused cast computes nothing) and, for a numpy
-    out, broadcast to its shape. Returns out."""
+    out, broadcast to its shape. Another library's GPU array is checked and written through the
+    view pyew imports of it. Returns out."""
+    target = out
+    if type(out) is not DeviceArray and not isinstance(out, np.ndarray):
+        target = device_out(out, resolve_stream_of(out, stream), op)
+        if target is None:
+            raise why
     if why.info is not None:
-        want = getattr(out, "dtype", None)
-        if want is not None and not np.can_cast(why.info.np, want, "same_kind"):
-            raise TypeError(f"Cannot cast ufunc {op!r} output from {why.info.np!r} to {np.dtype(want)!r} with casting "
-                            "rule 'same_kind'") from None
-        oshape = tuple(getattr(out, "shape", ()))
+        if not np.can_cast(why.info.np, target.dtype, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc {op!r} output from {why.info.np!r} to {np.dtype(target.dtype)!r} "
+                            "with casting rule 'same_kind'") from None
+        oshape = tuple(target.shape)
         try:
             both = np.broadcast_shapes(why.shape, oshape)
         except ValueError:
@@ -232,15 +237,13 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream):
         if both != oshape:
             raise ValueError(f"{op}: non-broadcastable output operand with shape {oshape} doesn't match the "
                              f"broadcast shape {both}") from None
-        if not isinstance(out, np.ndarray) and oshape != why.shape:
+        if not isinstance(target, np.ndarray) and oshape != why.shape:
             raise why           # a GPU out of a larger shape: pyew's kernels write the result's shape
     res = compute()
-    if isinstance(out, np.ndarray):
-        np.copyto(out, res.get() if isinstance(res, DeviceArray) else res, casting="same_kind")
+    if isinstance(target, np.ndarray):
+        np.copyto(target, res.get() if isinstance(res, DeviceArray) else res, casting="same_kind")
         return out
-    s = resolve_stream_of(out, stream)
-    with s:
-        target = out if type(out) is DeviceArray else device_out(out, s, op)
+    with resolve_stream_of(out, stream):
         target[...] = res
     return out
 

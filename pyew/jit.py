@@ -109,7 +109,7 @@ def include_dirs() -> list[str]:
     pyew.load_spec rendered."""
     lib = library.get().path.parent
     bundled = Path(__file__).resolve().parent / "_lib" / "include"
-    checkout = lib.parent / "libew"
+    checkout = library.get().checkout / "libew"
     if (lib / "gen" / "fn").is_dir() and (checkout / "elementwise.cuh").exists():
         return [str(checkout), str(lib / "gen"), *specs.include_dirs()]
     if (bundled / "elementwise.cuh").exists():

@@ -212,7 +212,13 @@ class Library:
         if abi != ABI_VERSION:
             raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; "
                                f"rebuild it: {self.build_command}")
-        self._check_fresh(raw)
+        # the checkout it was built in (recorded by the generator; else the folder above its build
+        # folder); a library a wheel bundles stands alone: nothing beside it is compared
+        root = raw.get("root")
+        self.bundled = path.resolve() == BUNDLED.resolve()
+        self.checkout = Path(root) if root and (Path(root) / "libew").is_dir() else path.parent.parent
+        if not self.bundled:
+            self._check_fresh(raw)
         self.ext, self.calls_note = load_extension(path.parent)
         self._declare("ew_error_name", [ctypes.c_int]).restype = ctypes.c_char_p
         self.fill = self._declare("ew_fill", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_uint64,
@@ -281,7 +287,7 @@ class Library:
         """Where a spec file the library was built from lies now: a relative path is taken from the
         checkout the library was built in (the folder above its build folder)."""
         p = Path(recorded)
-        return p if p.is_absolute() else self.path.parent.parent / p
+        return p if p.is_absolute() else self.checkout / p
 
     def _check_fresh(self, raw: dict):
         """The spec files and sources (libew's headers, the generator's templates) the library was

@@ -330,9 +330,9 @@ def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
         raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
                          f"broadcast shape {shape}")
     res = fn(*args)
-    if isinstance(res, np.ndarray):        # numpy inputs alone give a numpy result: it goes up once
+    if isinstance(res, (np.ndarray, np.generic)):    # numpy inputs alone give a numpy result: it goes up once
         with rt.on(out.ordinal):
-            res = array.from_host(res, rt.resolve_stream(None))
+            res = array.from_host(np.asarray(res), rt.resolve_stream(None))
     if res.shape != out.shape:
         raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
                          f"broadcast shape {res.shape}")

@@ -195,3 +195,31 @@ def test_exports_wait_for_every_use_queued_so_far(fakes, monkeypatch):
     waits.clear()
     assert d.__cuda_array_interface__["stream"] == 1
     assert waits == [(0, s.handle)]
+
+
+def test_an_out_of_another_library_and_dtype_is_cast_into(fakes):
+    """out= of another library is checked and written through its imported view: its dtype and
+    shape are read there (a torch dtype is not numpy's), and a refused cast writes nothing."""
+    import pyew
+    x = np.arange(8, dtype=np.float32)
+    o64, o32i = np.full(8, np.nan), np.full(8, -1, np.int32)
+    xs = FakeCAI(x.ctypes.data, (8,), "<f4", stream=1)
+    out = FakeCAI(o64.ctypes.data, (8,), "<f8", stream=1)
+    assert pyew.add(xs, xs, out=out) is out
+    np.testing.assert_array_equal(o64, x + x)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\\('float32'\\) to "
+                                        "dtype\\('int32'\\)"):
+        pyew.add(xs, xs, out=FakeCAI(o32i.ctypes.data, (8,), "<i4", stream=1))
+    assert (o32i == -1).all()
+    with pytest.raises(ValueError, match="out is int32 \\(4,\\), the result is float32 \\(8,\\)|non-broadcastable"):
+        pyew.add(xs, xs, out=FakeCAI(o32i.ctypes.data, (4,), "<f4", stream=1))
+    d = pyew.empty((), "float32")
+    assert np.add(1.0, 2.0, out=d) is d and float(d) == 3.0         # numbers alone into a 0-d GPU out
+
+
+def test_device_arrays_have_a_dask_token_without_a_copy(fakes, monkeypatch):
+    import pyew
+    da = pytest.importorskip("dask.base")
+    d = pyew.asarray(np.arange(4, dtype=np.float32))
+    monkeypatch.setattr(pyew.DeviceArray, "get", lambda *a, **k: pytest.fail("tokenize copied to the host"))
+    assert da.tokenize(d) == da.tokenize(d) != da.tokenize(d[1:])

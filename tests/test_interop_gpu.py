@@ -26,6 +26,9 @@ def test_torch_tensors_in_and_out(torch_cuda, rng):
     assert pyew.add(t, t, out=out) is not None
     torch.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), a + a)
+    o64 = torch.full((10007,), float("nan"), dtype=torch.float64, device="cuda")
+    assert pyew.add(t, t, out=o64) is o64                  # numpy's same_kind cast into a torch out
+    np.testing.assert_array_equal(o64.cpu().numpy(), (a + a).astype(np.float64))
     d = pyew.asarray(t)                                    # no copy
     assert d.ptr == t.data_ptr() and d.shape == tuple(t.shape)
     d2 = pyew.from_dlpack(t)

@@ -171,3 +171,21 @@ def test_without_cuda_python_the_error_says_what_to_install(monkeypatch):
     devices.forget()
     with pytest.raises(pyew.NoDeviceError, match="pip install cuda-python"):
         pyew.empty(123457)          # a size no freed buffer is kept for
+
+
+@needs_lib
+def test_a_build_folder_anywhere_finds_its_checkout(tmp_path, monkeypatch):
+    """BUILD=build/a100 or a folder elsewhere: the manifest's root is the checkout, for the stale
+    check and for the headers formulas compile against."""
+    import shutil
+
+    from pyew import jit
+    where = tmp_path / "deep" / "er"
+    where.mkdir(parents=True)
+    shutil.copy(LIB, where / "libew.so")
+    shutil.copytree(LIB.parent / "gen" / "fn", where / "gen" / "fn")
+    lib = library.Library(where / "libew.so")
+    assert lib.checkout == LIB.parent.parent and not lib.bundled
+    assert lib.spec_path("libew/ops.toml") == LIB.parent.parent / "libew" / "ops.toml"
+    monkeypatch.setattr(library, "get", lambda: lib)
+    assert jit.include_dirs()[:2] == [str(LIB.parent.parent / "libew"), str(where / "gen")]

@@ -10,7 +10,7 @@ import pytest
 import pyew
 
 from .helpers import map_kernels, params_of, poison, random_array
-from .reference import assert_matches, evaluate
+from .reference import assert_matches, evaluate, zeros_checked
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,8 @@ def _inputs(op, k, n, rng):
 
 def _check(op, k, arrays, got, what):
     ref = evaluate(op.ref, op.inputs, arrays, params_of(op), k.dtype, k.in_dtypes)
-    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name} {what}", rtol=op.rtol, ulp=op.ulp)
+    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name} {what}", rtol=op.rtol, ulp=op.ulp,
+                   zeros=zeros_checked(op.name))
 
 
 def _number(k):
@@ -112,6 +113,8 @@ def _special(info):
         return np.array([0, 1, -1, 2, -2, 3, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
     vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 4.05, -4.05, 11.0, -11.0, 20.0, -20.0, 65504.0,
             -65504.0, 1e-3, -1e-3, 3.0, -3.0, 0.5, -0.5, 100.0, -100.0, 1e30, -1e30, 1e-40, -1e-45]
+    if info.name == "float64":          # its own subnormals and the edge of its range
+        vals += [1e-310, -1e-310, 5e-324, 1.7e308, -1.7e308]
     with np.errstate(over="ignore", under="ignore"):
         return np.array(vals, np.float64).astype(info.np)
 

@@ -11,7 +11,7 @@ import pytest
 import pyew
 
 from .helpers import map_kernels, params_of
-from .reference import assert_matches, evaluate
+from .reference import assert_matches, evaluate, zeros_checked
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,8 @@ def _unary(dtypes):
 
 def _check(op, k, x, got):
     ref = evaluate(op.ref, op.inputs, [x], params_of(op), k.dtype)
-    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name}", rtol=op.rtol, ulp=op.ulp)
+    assert_matches(got, ref, k.out_dtype, f"{op.name} {k.dtype.name}", rtol=op.rtol, ulp=op.ulp,
+                   zeros=zeros_checked(op.name))
 
 
 @pytest.mark.parametrize("op,k", _unary(("float16", "bfloat16")))

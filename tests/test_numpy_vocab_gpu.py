@@ -167,12 +167,13 @@ def test_nan_and_signed_zeros(dtype):
         zero = want == 0
         np.testing.assert_array_equal(np.signbit(got)[zero], np.signbit(want)[zero], err_msg=name)
     # relu, add_relu and relu_mask agree with np.maximum(x, 0) at -0: +0 (float16's maximum keeps -0)
-    zs = np.array([-0.0, 0.0, -1.0, nan], np.float64).astype(x.dtype)
+    # (32 elements: whole packs, so add_relu's paired 16-bit form runs, not only the scalar tail)
+    zs = np.tile(np.array([-0.0, 0.0, -1.0, nan], np.float64), 8).astype(x.dtype)
     dz = pyew.asarray(zs)
-    for got in (pyew.relu(dz).get(), pyew.add_relu(dz, pyew.asarray(np.zeros(4, x.dtype) * -1)).get(),
+    for got in (pyew.relu(dz).get(), pyew.add_relu(dz, pyew.asarray(np.zeros(32, x.dtype) * -1)).get(),
                 pyew.relu_mask(dz)[0].get()):
-        g = got.astype(np.float64)
-        assert not np.signbit(g[:3]).any() and (g[:3] == 0).all() and np.isnan(g[3])
+        g = got.astype(np.float64).reshape(8, 4)
+        assert not np.signbit(g[:, :3]).any() and (g[:, :3] == 0).all() and np.isnan(g[:, 3]).all()
     np.testing.assert_array_equal(pyew.logical_and(d[0], d[1]).get(),                         # NaN is true
                                   np.logical_and(x.astype(np.float64), y.astype(np.float64)))
     c = pyew.clip(pyew.asarray(x), np.asarray(-1.0, x.dtype), y).get()
@@ -313,3 +314,8 @@ def test_integers_to_bfloat16_round_once():
     for dtype in ("int32", "int64"):
         got = pyew.to_bfloat16(v.astype(dtype))
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=dtype)
+    # above 2^53 an int64 rounded to float64 first would be rounded twice too
+    big = [(1 << 62) + (1 << 54) + 1, -((1 << 62) + (1 << 54) + 1), (1 << 62) + (1 << 54), (1 << 62) + (3 << 54)]
+    exact = [(1 << 62) + (1 << 55), -((1 << 62) + (1 << 55)), 1 << 62, (1 << 62) + (1 << 56)]
+    got = pyew.to_bfloat16(np.array(big, np.int64))
+    np.testing.assert_array_equal(got.astype(np.float64), np.array(exact, np.float64))

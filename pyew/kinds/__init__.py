@@ -48,12 +48,12 @@ def make_function(name: str, impl: Callable, params: list[inspect.Parameter], do
         if traced is not None:
             return traced
         out = kwargs.get("out")
+        if fusable and type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
+            out = kwargs["out"] = out[0]
         if out is None:
             res = run(args, kwargs)
             # numpy's answer for 0-d operands (numbers, 0-d arrays) is a numpy scalar
             return res[()] if type(res) is np.ndarray and not res.ndim else res
-        if fusable and type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
-            out = kwargs["out"] = out[0]
         try:
             return returned(out, run(args, kwargs))
         except OutMismatch as e:
