@@ -469,6 +469,11 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         names = formula.variables(tree)
     if type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
         out = out[0]
+    if (out is None or (type(out) is np.ndarray and not out.ndim)) and _zero_d_only(values[n] for n in names):
+        # numpy's 0-d operands alone (numexpr takes them): computed as one-element arrays, a 0-d result
+        ones = {n: (np.asarray(v).reshape(1) if not python_number(v) else v) for n, v in values.items()}
+        res = run(tree, ones, text, out=None if out is None else out.reshape(1), stream=stream, names=names)
+        return res.reshape(())[()] if out is None else out
 
     def go(out):
         if rt.several():
@@ -482,6 +487,20 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         return call.returned(out, go(out))
     except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
         return call.write_out(out, e, lambda: go(None), text, stream)
+
+
+def _zero_d_only(given) -> bool:
+    """Numbers and 0-d numpy operands alone, one of them typed (numpy's, not Python's)."""
+    typed = False
+    for v in given:
+        t = type(v)
+        if t is float or t is int or t is bool:
+            continue
+        if isinstance(v, np.generic) or (t is np.ndarray and not v.ndim):
+            typed = True
+            continue
+        return False
+    return typed
 
 
 def _run(tree, values: dict, text: str, out, stream, names):

@@ -844,3 +844,16 @@ def test_masked_arrays_are_refused_not_unmasked(lib):
                  lambda: pyew.evaluate("m + 1", {"m": m})):
         with pytest.raises(TypeError, match="masked array, and pyew has no masks.*a.filled"):
             call()
+
+
+@needs_lib
+def test_formulas_of_0d_operands_alone_give_numpys_scalar(lib):
+    """numexpr takes 0-d arrays and numpy scalars alone; numpy's answer is a scalar of their type."""
+    r = pyew.evaluate("x + 1", {"x": np.array(2.0)})
+    assert type(r) is np.float64 and r == 3.0
+    r = pyew.evaluate("x * y", {"x": np.float32(2), "y": 3})
+    assert type(r) is np.float32 and r == 6.0
+    o = np.zeros((), np.float32)
+    assert pyew.evaluate("x * y", {"x": np.float32(2), "y": 3}, out=o) is o and o == 6.0
+    with pytest.raises(pyew.FormulaError, match="no array operand"):
+        pyew.evaluate("y * 2", {"y": 3})                 # Python numbers alone: Python's arithmetic
