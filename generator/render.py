@@ -120,11 +120,14 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
 # generator's templates. pyew compares them with the checkout it loads the library from, so a
 # library older than its headers (which formulas compile against) is refused as stale.
 SOURCES = ("libew/*.cuh", "libew/*.h", "libew/*.cu", "generator/templates/*.mako")
+BENCH_ONLY = frozenset(("libew/naive.cuh", "libew/dot_atomics.cuh", "generator/templates/bench_manifest.cu.mako"))
 
 
 def source_digests() -> list[dict]:
+    """The sources of the library (not those of the benchmark's library alone), with their SHA-256."""
+    files = [p for pattern in SOURCES for p in sorted(REPO.glob(pattern))]
     return [{"path": p.relative_to(REPO).as_posix(), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-            for pattern in SOURCES for p in sorted(REPO.glob(pattern))]
+            for p in files if p.relative_to(REPO).as_posix() not in BENCH_ONLY]
 
 
 def op_entry(op: Op, spec: Spec) -> dict:

@@ -8,6 +8,7 @@ import math
 import operator
 import sys
 import threading
+import uuid
 
 import numpy as np
 
@@ -621,8 +622,10 @@ class DeviceArray:
         return self.copy()
 
     def __dask_tokenize__(self):
-        """dask's name for this array: its memory and layout (pickling would copy it to the host)."""
-        return ("pyew.DeviceArray", self.ordinal, self.ptr, self.shape, self.dtype.str, id(self._buf))
+        """A token of its own each time (as dask gives objects it cannot hash): the values live on
+        the GPU and change in place, and freed memory is reused, so no cheap token could tell two
+        arrays' values apart (pickling them for one would copy them to the host)."""
+        return ("pyew.DeviceArray", uuid.uuid4().hex)
 
     def __reduce__(self):
         """Pickled as its values (copied to the host), as CuPy's arrays are; unpickled onto the current GPU."""

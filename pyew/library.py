@@ -215,8 +215,12 @@ class Library:
         # the checkout it was built in (recorded by the generator; else the folder above its build
         # folder); a library a wheel bundles stands alone: nothing beside it is compared
         root = raw.get("root")
-        self.bundled = path.resolve() == BUNDLED.resolve()
-        self.checkout = Path(root) if root and (Path(root) / "libew").is_dir() else path.parent.parent
+        here = path.resolve()
+        self.bundled = here == BUNDLED.resolve()
+        # the checkout is the recorded one where the library still lies inside it (BUILD=build/a100);
+        # a copy elsewhere (PYEW_LIB=/opt/old/libew.so) is compared only with what lies beside it
+        inside = bool(root) and not self.bundled and (Path(root) / "libew").is_dir() and here.is_relative_to(root)
+        self.checkout = Path(root) if inside else path.parent.parent
         if not self.bundled:
             self._check_fresh(raw)
         self.ext, self.calls_note = load_extension(path.parent)
@@ -292,11 +296,15 @@ class Library:
     def _check_fresh(self, raw: dict):
         """The spec files and sources (libew's headers, the generator's templates) the library was
         built from, where they are beside it, must be unchanged."""
-        for f in [*raw.get("spec_files", []), *raw.get("sources", [])]:
+        checkout = (self.checkout / "libew").is_dir()
+        for f in [*raw.get("spec_files", []), *[dict(s, source=True) for s in raw.get("sources", [])]]:
             p = self.spec_path(f["path"])
             try:
                 data = p.read_bytes()
             except OSError:
+                if f.get("source") and checkout:        # a source removed from the checkout since
+                    raise LibraryError(f"{self.path} is stale: {p} is gone since the library was built; "
+                                       f"rebuild it: {self.build_command}") from None
                 continue      # a library away from its checkout (a wheel, a copy): nothing to compare
             if hashlib.sha256(data).hexdigest() != f["sha256"]:
                 raise LibraryError(f"{self.path} is stale: {p} changed since the library was built; "

@@ -211,7 +211,7 @@ def test_an_out_of_another_library_and_dtype_is_cast_into(fakes):
                                         "dtype\\('int32'\\)"):
         pyew.add(xs, xs, out=FakeCAI(o32i.ctypes.data, (8,), "<i4", stream=1))
     assert (o32i == -1).all()
-    with pytest.raises(ValueError, match="out is int32 \\(4,\\), the result is float32 \\(8,\\)|non-broadcastable"):
+    with pytest.raises(ValueError, match="non-broadcastable output operand with shape \\(4,\\)"):
         pyew.add(xs, xs, out=FakeCAI(o32i.ctypes.data, (4,), "<f4", stream=1))
     d = pyew.empty((), "float32")
     assert np.add(1.0, 2.0, out=d) is d and float(d) == 3.0         # numbers alone into a 0-d GPU out
@@ -222,4 +222,4 @@ def test_device_arrays_have_a_dask_token_without_a_copy(fakes, monkeypatch):
     da = pytest.importorskip("dask.base")
     d = pyew.asarray(np.arange(4, dtype=np.float32))
     monkeypatch.setattr(pyew.DeviceArray, "get", lambda *a, **k: pytest.fail("tokenize copied to the host"))
-    assert da.tokenize(d) == da.tokenize(d) != da.tokenize(d[1:])
+    assert da.tokenize(d) != da.tokenize(d)       # values that change in place, in reused memory: never reused

@@ -184,8 +184,20 @@ def test_a_build_folder_anywhere_finds_its_checkout(tmp_path, monkeypatch):
     where.mkdir(parents=True)
     shutil.copy(LIB, where / "libew.so")
     shutil.copytree(LIB.parent / "gen" / "fn", where / "gen" / "fn")
-    lib = library.Library(where / "libew.so")
-    assert lib.checkout == LIB.parent.parent and not lib.bundled
-    assert lib.spec_path("libew/ops.toml") == LIB.parent.parent / "libew" / "ops.toml"
-    monkeypatch.setattr(library, "get", lambda: lib)
-    assert jit.include_dirs()[:2] == [str(LIB.parent.parent / "libew"), str(where / "gen")]
+    lib = library.Library(where / "libew.so")          # a copy outside its checkout: compared with nothing
+    assert lib.checkout == where.parent and not lib.bundled
+    inside = LIB.parent / "nested" / "deeper"             # BUILD=build/nested/deeper: finds its checkout
+    try:
+        inside.mkdir(parents=True)
+        shutil.copy(LIB, inside / "libew.so")
+        shutil.copytree(LIB.parent / "gen" / "fn", inside / "gen" / "fn")
+        lib = library.Library(inside / "libew.so")
+        assert lib.checkout == LIB.parent.parent
+        assert lib.spec_path("libew/ops.toml") == LIB.parent.parent / "libew" / "ops.toml"
+        monkeypatch.setattr(library, "get", lambda: lib)
+        assert jit.include_dirs()[:2] == [str(LIB.parent.parent / "libew"), str(inside / "gen")]
+        raw = dict(lib.manifest.raw, sources=[{"path": "libew/no_such_header.cuh", "sha256": "0" * 64}])
+        with pytest.raises(LibraryError, match="no_such_header.cuh is gone since the library was built"):
+            lib._check_fresh(raw)
+    finally:
+        shutil.rmtree(LIB.parent / "nested", ignore_errors=True)
