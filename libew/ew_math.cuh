@@ -334,7 +334,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 // Hard swish, x relu6(x + 3) / 6, without a division. For 16-bit results: x sat(x/6 + 1/2), the
 // sum from one fma and clamped to [0, 1] by the saturating form (which also sends NaN to 0), the
-// factor x clamped at -3 with NaN kept, so that -inf gives -3 * 0: three operations. Its error is
+// factor x taken as 0 from -3 down with NaN kept, so that -inf gives 0 * 0 and every x <= -3 gives
+// +0 as the exact form does (x itself would give -0). Its error is
 // cancellation near x = -3: the fma's absolute error below 2^-24 over x/6 + 1/2 >= 2^-9/6
 // (float16's spacing there; bfloat16's is wider) is under 1e-4 relative, a fifth of float16's half
 // ulp. For float results, where that cancellation would be far from 1e-6, x (x + 3) times the
@@ -342,7 +343,6 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 template <typename R = void, typename C>
 __device__ __forceinline__ C hardswish(C x) {
   if constexpr (narrow_v<R> && std::is_same_v<C, float>) {
-    // the factor is 0 from -3 down: x taken as 0 there gives +0, as the exact form (NaN passes)
     return (x <= -3.f ? 0.f : x) * __saturatef(fmaf(x, 1.f / 6.f, 0.5f));
   } else if constexpr (std::is_same_v<C, float>) {
     return x <= -3.f ? 0.f : (x >= 3.f ? x : x * (x + 3.f) * (1.f / 6.f));
