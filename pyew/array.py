@@ -50,7 +50,6 @@ class _Ordered:
             self.readers = None
         self.read_by(stream)
 
-
     def settled_on(self, stream) -> None:
         """Another library's `stream` (a consumer's, which may write) waits for every use queued so
         far: the last write and the reads since. It is not recorded as a use: pyew cannot know how

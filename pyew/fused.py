@@ -475,18 +475,21 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         res = run(tree, ones, text, out=None if out is None else out.reshape(1), stream=stream, names=names)
         return res.reshape(())[()] if out is None else out
 
-    def go(out):
-        if rt.several():
-            with rt.on(call.device_of([values[n] for n in names], out, stream)):
-                return _run(tree, values, text, out, stream, names)
-        return _run(tree, values, text, out, stream, names)
     if out is None:
-        res = go(None)
+        res = _on_gpu(tree, values, text, None, stream, names)
         return res[()] if type(res) is np.ndarray and not res.ndim else res
     try:
-        return call.returned(out, go(out))
+        return call.returned(out, _on_gpu(tree, values, text, out, stream, names))
     except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
-        return call.write_out(out, e, lambda: go(None), text, stream)
+        return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names), text, stream)
+
+
+def _on_gpu(tree, values: dict, text: str, out, stream, names):
+    """_run on the operands' GPU where there are several (the caller's current device restored)."""
+    if rt.several():
+        with rt.on(call.device_of([values[n] for n in names], out, stream)):
+            return _run(tree, values, text, out, stream, names)
+    return _run(tree, values, text, out, stream, names)
 
 
 def _zero_d_only(given) -> bool:

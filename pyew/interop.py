@@ -128,11 +128,16 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
         raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ points to host memory, not a GPU's; pass it "
                          "as a numpy array (np.asarray) instead")
     _check_device(ordinal, stream, op, name)
-    waited = None
-    if producer is not None and producer != _stream_arg(stream):
-        waited = rt.foreign_stream(int(producer), ordinal)
-        rt.stream_wait(stream, waited)
+    waited = _wait_for(producer, stream, ordinal) if producer is not None and producer != _stream_arg(stream) else None
     return DeviceArray(Foreign(obj, bool(read_only), ordinal, stream, waited), int(ptr or 0), shape, info)
+
+
+def _wait_for(producer: int, stream, ordinal: int):
+    """The call's stream waits for the producer's (a handle on GPU `ordinal`), which is returned:
+    it waits for the call's in turn when the import ends (array.Foreign)."""
+    waited = rt.foreign_stream(int(producer), ordinal)
+    rt.stream_wait(stream, waited)
+    return waited
 
 
 def _from_dlpack(obj, stream, op, name) -> DeviceArray:
@@ -232,10 +237,7 @@ def _over(owner, read_only: bool, index: int, ptr: int, shape, info, producer: i
     call's stream waits for the producer's current stream `producer` (a handle)."""
     if index != stream.ordinal:
         wrong_device(index, stream, op, name)
-    waited = None
-    if producer != stream.handle:
-        waited = rt.foreign_stream(producer, index)
-        rt.stream_wait(stream, waited)
+    waited = _wait_for(producer, stream, index) if producer != stream.handle else None
     return DeviceArray(Foreign(owner, read_only, index, stream, waited), ptr, shape, info)
 
 

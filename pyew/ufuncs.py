@@ -216,8 +216,9 @@ def power(a, b, in_place: bool = False):
         t = type(b)
         fast = ("square" if t is int and b == 2 else "reciprocal" if t is int and b == -1 else
                 "sqrt" if t is float and b == 0.5 else None)
-        if fast is not None and (_entries.get(fast) or _entry(fast)) is not None:
-            fn, op = _entries.get(fast) or _function(fast)
+        e = (_entries.get(fast) or _entry(fast)) if fast is not None else None
+        if e is not None:
+            fn, op = e
             if not in_place:
                 return fn(a)
             into(fn, op, fast, (a,), a)
