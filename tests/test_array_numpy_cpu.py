@@ -825,6 +825,8 @@ def test_out_as_numpys(lib):
     with pytest.raises(ValueError, match="non-broadcastable output operand"):
         pyew.add(x, 1, out=np.zeros(3, np.float32))
     d = pyew.asarray(x)
+    with pytest.raises(ValueError, match="pyew writes a GPU out= of the result's shape.*out\\[...\\] = result"):
+        pyew.add(d, 1, out=pyew.empty((2, 6), "float32"))
     g64 = pyew.empty(6, "float64")
     assert pyew.add(d, d, out=g64) is g64
     np.testing.assert_array_equal(g64.get(), x + x)
