@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import dtypes, library, ufuncs
 from . import kinds as _kinds
 from .array import DeviceArray, empty, zeros
-from .errors import CudaError, LibraryError, NoDeviceError, PyewError
+from .errors import CompileError, CudaError, LibraryError, NoDeviceError, PyewError, SpecError
 from .formula import FormulaError
 from .fused import evaluate, fuse
 from .interop import asarray, from_dlpack
@@ -26,30 +26,33 @@ from .version import __version__
 
 __all__ = ["DeviceArray", "asarray", "from_dlpack", "empty", "zeros", "empty_pinned", "Device", "device_count",
            "Stream", "ExternalStream", "current_stream", "synchronize", "device_info", "ops", "set_transfer_limits",
-           "transfer_limits", "evaluate", "fuse", "load_spec", "FormulaError", "PyewError", "CudaError", "LibraryError",
-           "NoDeviceError", "dtypes", "ufuncs", "__version__"]
+           "transfer_limits", "evaluate", "fuse", "load_spec", "FormulaError", "SpecError", "CompileError", "PyewError",
+           "CudaError", "LibraryError", "NoDeviceError", "dtypes", "ufuncs", "__version__"]
 
 
 def ops() -> list[dict]:
-    """Every function of the loaded library: name, kind, arity, inputs, params, dtypes, doc. A
-    spec op that binds more than one function (upsample_nearest2d and its _backward) lists each."""
+    """Every function of the loaded library: name, kind, arity, inputs, params (name: default,
+    None where it has none), required (the params without a default), dtypes, doc, as its Python
+    function takes them. A spec op that binds more than one function (upsample_nearest2d and its
+    _backward) lists each."""
     import inspect
     table = _kinds.table()
+    manifest = library.get().manifest
     out = []
-    for op in library.get().manifest.ops:
-        base = {"name": op.name, "kind": op.kind, "arity": len(op.inputs), "inputs": list(op.inputs),
-                "params": {p.name: p.default for p in op.params},
-                "dtypes": [k.dtype.name for k in op.kernels], "doc": op.doc}
-        out.append(base)
-        for name, fn in table.items():
-            if name.startswith(op.name + "_") and library.get().manifest.op(name) is None \
-                    and not any(e["name"] == name for e in out):
-                ps = list(inspect.signature(fn).parameters.values())
-                inputs = [p.name for p in ps if p.kind is p.POSITIONAL_ONLY]
-                params = {p.name: (None if p.default is p.empty else p.default) for p in ps
-                          if p.kind is not p.POSITIONAL_ONLY and p.name not in ("out", "stream")}
-                out.append(dict(base, name=name, arity=len(inputs), inputs=inputs, params=params,
-                                doc=(fn.__doc__ or "").split("\n")[0]))
+    for op in manifest.ops:
+        names = [op.name] + [n for n in table if n.startswith(op.name + "_") and manifest.op(n) is None]
+        for name in names:
+            if any(e["name"] == name for e in out):
+                continue
+            fn = table[name]
+            ps = list(inspect.signature(fn).parameters.values())
+            named = [p for p in ps if p.kind is not p.POSITIONAL_ONLY and p.name not in ("out", "stream")]
+            inputs = [p.name for p in ps if p.kind is p.POSITIONAL_ONLY]
+            out.append({"name": name, "kind": op.kind, "arity": len(inputs), "inputs": inputs,
+                        "params": {p.name: (None if p.default is p.empty else p.default) for p in named},
+                        "required": [p.name for p in named if p.default is p.empty],
+                        "dtypes": [k.dtype.name for k in op.kernels],
+                        "doc": op.doc if name == op.name else (fn.__doc__ or "").split("\n")[0]})
     return out
 
 
@@ -62,7 +65,10 @@ def __getattr__(name: str):
     if name == "dask":              # pyew.dask needs dask: imported on first use, like the ops
         import importlib
         return importlib.import_module(".dask", __name__)
-    fn = _kinds.table().get(name)
+    try:
+        fn = _kinds.table().get(name)
+    except PyewError as e:          # no library: hasattr() and getattr(pyew, name, default) still work
+        raise AttributeError(f"module 'pyew' has no attribute {name!r}: the op table cannot load ({e})") from None
     if fn is None:
         raise AttributeError(f"module 'pyew' has no attribute {name!r} (not an op of the loaded library; "
                              "see pyew.ops())")
@@ -83,9 +89,9 @@ _kinds.on_reset(_forget_ops)
 
 
 def __dir__():
-    names = list(globals())
+    names = set(globals()) - {"annotations"}
     try:
-        names += list(_kinds.table())
+        names |= set(_kinds.table())
     except PyewError:
         pass
     return sorted(names)

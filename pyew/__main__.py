@@ -27,7 +27,7 @@ def _usage() -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     cmd = COMMANDS.get(argv[0])
     if cmd is None:

@@ -280,9 +280,16 @@ class DeviceArray:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def new(cls, shape, info: dt.DType, stream, size: int | None = None) -> "DeviceArray":
+    def new(cls, shape, info: dt.DType, stream=None, size: int | None = None) -> "DeviceArray":
         """A new array of `shape` (of `size` elements, where the caller knows it) and pyew dtype
-        row `info`, allocated on `stream` (uninitialised)."""
+        row `info` (or a dtype numpy reads), allocated on `stream` (None: the current one),
+        uninitialised. pyew.empty(shape, dtype, stream, device) is the same for users."""
+        if type(info) is not dt.DType:
+            info = lookup_dtype(info)
+        if stream is None:
+            stream = rt.resolve_stream(None)
+        if type(shape) is not tuple:
+            shape = tuple(shape) if isinstance(shape, (list, range)) else (operator.index(shape),)
         if size is None:
             size = 1
             for s in shape:
@@ -742,7 +749,11 @@ def lookup_dtype(dtype) -> dt.DType:
     try:
         return dt.lookup(dtype)
     except (KeyError, TypeError):
-        raise TypeError(f"pyew has no dtype {dtype!r}; it knows {', '.join(dt.BY_NAME)}"
+        try:
+            shown = np.dtype(dtype).name
+        except TypeError:
+            shown = repr(dtype)
+        raise TypeError(f"pyew has no dtype {shown}; it knows {', '.join(dt.BY_NAME)}"
                         f"{dt.unsupported_hint(dtype)}") from None
 
 

@@ -77,7 +77,8 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
             broadcast: bool = True) -> Prepared:
     names = op.inputs if names is None else names
     if len(args) != len(names):
-        raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}"
+                        f"{keyword_hint(op, len(args) - len(names))}")
     operands = [classify(a, op.name, n, stream) for a, n in zip(args, names)]
     # inputs of a fixed dtype (where's condition) take no part in promotion: they are converted to it
     fixed = op.fixed
@@ -95,9 +96,18 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
             why = (f"the op's input {o.name!r} is always {want.name}" if o.name in fixed else
                    f"the op runs in {want.name}")
             raise TypeError(f"{op.name}: input {o.name!r} is {o.info.name} and {why}, but the library has no cast "
-                            f"from {o.info.name} to {want.name} (op to_{want.name}); add it to a spec and rebuild, "
-                            "or convert the input first")
+                            f"from {o.info.name} to {want.name} (op to_{want.name}); convert the input first "
+                            f"(x.astype(np.{want.np.name})), or add the cast to a spec and rebuild")
     return Prepared(op, operands, kernel, shape, any(o.kind == DEVICE for o in operands))
+
+
+def keyword_hint(op: library.Op, extra: int) -> str:
+    """What to say when a call gives `extra` more inputs than op takes and op has params: they
+    are keywords."""
+    if extra <= 0 or not op.params:
+        return ""
+    return (f"; its params are keywords only: {op.name}({', '.join(op.inputs)}, "
+            f"{', '.join(f'{p.name}=...' for p in op.params)})")
 
 
 def input_dtypes(kernel: library.Kernel | None, count: int) -> list:
@@ -215,11 +225,12 @@ class OutMismatch(ValueError):
         self.info, self.shape = info, shape
 
 
-def write_out(out, why: OutMismatch, compute: Callable, op: str, stream):
+def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: str | None = None):
     """out= as numpy's: the result computed without it (`compute()`), then written into out, cast
     with casting 'same_kind' (checked first, so a refused cast computes nothing) and, for a numpy
     out, broadcast to its shape. Another library's GPU array is checked and written through the
-    view pyew imports of it. Returns out."""
+    view pyew imports of it. `label`: what a refused cast's message calls the call (numpy's
+    "ufunc 'add'"; by default the op's name as a ufunc's). Returns out."""
     target = out
     if type(out) is not DeviceArray and not isinstance(out, np.ndarray):
         target = device_out(out, resolve_stream_of(out, stream), op)
@@ -227,8 +238,12 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream):
             raise why
     if why.info is not None:
         if not np.can_cast(why.info.np, target.dtype, "same_kind"):
-            raise TypeError(f"Cannot cast ufunc {op!r} output from {why.info.np!r} to {np.dtype(target.dtype)!r} "
-                            "with casting rule 'same_kind'") from None
+            raise TypeError(f"Cannot cast {label or f'ufunc {op!r}'} output from {why.info.np!r} to "
+                            f"{np.dtype(target.dtype)!r} with casting rule 'same_kind'") from None
+        if type(target) is DeviceArray and target.info is not why.info and cast_entry(why.info, target.info) is None:
+            raise TypeError(f"{op}: the result is {why.info.name} and out is {target.info.name}, but the library has "
+                            f"no cast from {why.info.name} to {target.info.name} (op to_{target.info.name}); add it "
+                            f"to a spec and rebuild, or write into a {why.info.name} array") from None
         oshape = tuple(target.shape)
         try:
             both = np.broadcast_shapes(why.shape, oshape)

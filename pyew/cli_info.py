@@ -56,7 +56,7 @@ def ops(argv) -> int:
         return 1
     table = [("op", "kind", "inputs", "params", "dtypes")]
     for o in rows:
-        params = ", ".join(f"{k}={v}" if v is not None else k for k, v in o["params"].items()) or "-"
+        params = ", ".join(k if k in o["required"] else f"{k}={v}" for k, v in o["params"].items()) or "-"
         table.append((o["name"], o["kind"], ", ".join(o["inputs"]), params, ", ".join(o["dtypes"])))
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for i, r in enumerate(table):

@@ -6,6 +6,15 @@ class PyewError(RuntimeError):
     """Base class of pyew's own errors."""
 
 
+class SpecError(PyewError, ValueError):
+    """A spec file pyew.load_spec cannot take; the message names the file, the op and the field."""
+
+
+class CompileError(PyewError):
+    """NVRTC could not compile a formula's kernel or a loaded spec op; the message names the formula
+    (or the spec file, op and field) and gives NVRTC's log."""
+
+
 class LibraryError(PyewError):
     """libew.so is missing, stale or built for another pyew; the message says to run `make all`."""
 

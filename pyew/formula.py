@@ -4,7 +4,8 @@ operands (pyew.fuse). Both give the same tree of frozen nodes, which pyew/fused.
 compiles into one kernel.
 
 The language: numbers, names, the arithmetic operators (+ - * / // % **, unary - and +),
-comparisons (< <= > >= == !=, chained as in Python), & | ^ ~, and calls of the library's map ops
+comparisons (< <= > >= == !=, chained as in Python), & | ^ ~ (and << >> where the library has
+left_shift and right_shift), and calls of the library's map ops
 and numpy's ufunc names by name, with op params as keywords (elu(x, alpha=0.5)). numexpr's
 function names map to the ufuncs of the same meaning (abs -> absolute, arctan2, where, ...).
 """
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import PyewError
 
-class FormulaError(ValueError):
+
+class FormulaError(PyewError, ValueError):
     """A formula pyew cannot take: a syntax error, an unknown name, or something outside the
     language. Raised before anything is compiled or written."""
 
@@ -57,19 +60,23 @@ Node = Var | Const | Call
 # spec's `ufunc` field).
 BINARY = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
           ast.FloorDiv: "floor_divide", ast.Mod: "remainder", ast.Pow: "power",
-          ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor"}
-UNARY = {ast.USub: "negative", ast.UAdd: "positive", ast.Invert: "invert", ast.Not: "logical_not"}
+          ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+          ast.LShift: "left_shift", ast.RShift: "right_shift"}
+UNARY = {ast.USub: "negative", ast.UAdd: "positive", ast.Invert: "invert"}
 COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
            ast.Eq: "equal", ast.NotEq: "not_equal"}
 # numexpr's function names that differ from numpy's ufunc names
-ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "min": "minimum", "max": "maximum",
-           "neg": "negative"}
+ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "neg": "negative", "round": "rint"}
+# numexpr's reductions: a formula is elementwise (a library op of the name is called as any other)
+REDUCTIONS = {"sum": "np.sum(evaluate(...))", "prod": "np.prod(evaluate(...))",
+              "min": "minimum(a, b) elementwise, or np.min(...) of the result",
+              "max": "maximum(a, b) elementwise, or np.max(...) of the result"}
 
 
 _SYMBOLS = {2: {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//", "remainder": "%",
                 "power": "**", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "less": "<",
                 "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="},
-            1: {"negative": "-", "positive": "+", "invert": "~", "logical_not": "not "}}
+            1: {"negative": "-", "positive": "+", "invert": "~"}}
 
 
 def canonical(name: str) -> str:
@@ -162,6 +169,9 @@ class _Parser:
         raise FormulaError(f"{what} is not allowed in a formula{_where(self.expr, node)}\n"
                            "formulas take numbers, names, arithmetic, comparisons, & | ^ ~ and calls of ops")
 
+    def fails(self, node, why: str):
+        raise FormulaError(f"the formula's arithmetic on its numbers fails: {why}{_where(self.expr, node)}")
+
     def visit(self, node):
         if isinstance(node, ast.Constant):
             v = node.value
@@ -179,16 +189,21 @@ class _Parser:
         if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
             left, right = self.visit(node.left), self.visit(node.right)
             if isinstance(left, Const) and isinstance(right, Const):
-                return fold(node.op, left.value, right.value, lambda: self.refuse(node, "this constant arithmetic"))
-            if isinstance(node.op, ast.Pow) and not isinstance(right, Const):
-                self.refuse(node, "a power with a non-constant exponent")
+                return fold(node.op, left.value, right.value, lambda why: self.fails(node, why))
             return Call(BINARY[type(node.op)], (left, right), operator=True)
         if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
             operand = self.visit(node.operand)
             if isinstance(operand, Const):
-                return fold_unary(node.op, operand.value, lambda: self.refuse(node, "this constant arithmetic"))
+                return fold_unary(node.op, operand.value, lambda why: self.fails(node, why))
             return Call(UNARY[type(node.op)], (operand,), operator=True)
+        if isinstance(node, ast.BoolOp) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            word = "not" if isinstance(node, ast.UnaryOp) else "and" if isinstance(node.op, ast.And) else "or"
+            raise FormulaError(f"{word!r} is not allowed in a formula: it takes the truth of one value, as numpy and "
+                               f"numexpr refuse it for arrays; use & | ~ (with brackets around comparisons: "
+                               f"(x > 0) & (y > 0)){_where(self.expr, node)}")
         if isinstance(node, ast.Compare):
+            if len(node.ops) > 1:
+                self._bitwise_in_chain(node)
             parts = []
             left = self.visit(node.left)
             for op, right_node in zip(node.ops, node.comparators):
@@ -201,19 +216,15 @@ class _Parser:
             for p in parts[1:]:
                 out = Call("logical_and", (out, p), operator=True)
             return out
-        if isinstance(node, ast.BoolOp):
-            name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
-            vals = [self.visit(v) for v in node.values]
-            out = vals[0]
-            for v in vals[1:]:
-                out = Call(name, (out, v))
-            return out
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):
                 self.refuse(node, "calling anything but an op by name")
             if node.func.id.startswith("__"):
                 self.refuse(node, f"the name {node.func.id!r}")
             name = canonical(node.func.id)
+            if name not in self.callables and name in REDUCTIONS:
+                raise FormulaError(f"{name}() is a reduction in numexpr; formulas are elementwise: use "
+                                   f"{REDUCTIONS[name]}{_where(self.expr, node)}")
             if name not in self.callables:
                 close = difflib.get_close_matches(name, sorted(self.callables), n=4)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -233,29 +244,51 @@ class _Parser:
                  ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.NamedExpr: "an assignment"}
         self.refuse(node, kinds.get(type(node), f"{type(node).__name__}"))
 
+    def _bitwise_in_chain(self, node: ast.Compare) -> None:
+        """x > 0 & y > 0 is Python's chain x > (0 & y) > 0, as & binds tighter than a comparison;
+        numpy raises on it and numexpr refuses it, so a chain with an unbracketed & | ^ operand is
+        refused, naming what was meant."""
+        raw = self.expr.encode()
+        for i, part in enumerate([node.left, *node.comparators]):
+            if not (isinstance(part, ast.BinOp) and isinstance(part.op, (ast.BitAnd, ast.BitOr, ast.BitXor))):
+                continue
+            before, after = raw[:part.col_offset].rstrip(), raw[part.end_col_offset:].lstrip()
+            if before.endswith(b"(") and after.startswith(b")"):
+                continue            # x > (0 & y) > 0, written so
+            seg = lambda n: raw[n.col_offset:n.end_col_offset].decode()     # noqa: E731
+            sym = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}[type(part.op)]
+            hint = ""
+            if len(node.ops) == 2 and i == 1:
+                ops = [raw[a.end_col_offset:b.col_offset].decode().strip() for a, b in
+                       ((node.left, part), (part, node.comparators[1]))]
+                hint = (f"; for the {sym} of two comparisons write ({seg(node.left)} {ops[0]} {seg(part.left)}) {sym} "
+                        f"({seg(part.right)} {ops[1]} {seg(node.comparators[1])})")
+            raise FormulaError(f"this parses as a chain of comparisons over {seg(part)} ({sym} binds tighter than a "
+                               f"comparison){hint}{_where(self.expr, part)}")
+
 
 def fold(op, a, b, refuse) -> Const:
     """Arithmetic between two numbers of the formula, done by Python as it would be in numpy code
-    (2 ** 40 is a Python int, weakly typed, before it meets an array)."""
+    (2 ** 40 is a Python int, weakly typed, before it meets an array). refuse(why) raises."""
     try:
         v = PYTHON_OPS[BINARY[type(op)]](a, b)
-    except (ArithmeticError, TypeError, ValueError):
-        refuse()
+    except (ArithmeticError, TypeError, ValueError) as e:
+        refuse(f"{type(e).__name__}: {e}")
     return _folded(v, refuse)
 
 
 def fold_unary(op, a, refuse) -> Const:
-    """-c, +c, ~c and not c of a number of the formula, by Python."""
+    """-c, +c and ~c of a number of the formula, by Python."""
     try:
         v = PYTHON_OPS[UNARY[type(op)]](a)
-    except (ArithmeticError, TypeError, ValueError):
-        refuse()
+    except (ArithmeticError, TypeError, ValueError) as e:
+        refuse(f"{type(e).__name__}: {e}")
     return _folded(v, refuse)
 
 
 def _folded(v, refuse) -> Const:
-    if isinstance(v, complex) or (isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1 << 64):
-        refuse()
+    if isinstance(v, complex):
+        refuse(f"a complex result, {v!r}")
     return Const(v)
 
 
@@ -281,14 +314,6 @@ def python_value(node, env: dict):
     return PYTHON_OPS[node.op](*[python_value(a, env) for a in node.args])
 
 
-def power(base, exponent, refuse) -> Node:
-    """x ** c: the exponent must be a number of the formula (numexpr's rule). How it runs (small
-    integer powers as multiplications, 0.5 as sqrt) depends on x's dtype: fused.py decides."""
-    if not isinstance(exponent, Const):
-        refuse()
-    return Call("power", (base, exponent), operator=True)
-
-
 # ---- tracing Python functions (pyew.fuse) ----------------------------------------------------------
 
 class Traced:
@@ -305,8 +330,14 @@ class Traced:
                         "instead of if/else, and & | ~ instead of and/or/not")
 
     def __array__(self, *a, **k):
-        raise TypeError("pyew.fuse traced a call that converts its operand to numpy; use operators, numpy "
-                        "ufuncs or pyew ops on the function's arguments")
+        raise TypeError("pyew.fuse traced a call that converts its operand to numpy (a numpy function that is not a "
+                        "ufunc: np.where, np.clip, ...); use operators, numpy ufuncs or pyew ops (pyew.where, "
+                        "pyew.clip) on the function's arguments")
+
+    def __getattr__(self, name):
+        raise AttributeError(f"pyew.fuse: a traced value has no attribute {name!r}: a fused function computes "
+                             "elementwise with operators, numpy ufuncs and pyew ops; reductions, casts and "
+                             "reshapes go outside it")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs:
@@ -370,11 +401,23 @@ def _power(self, other, mod=None):
 Traced.__hash__ = None
 
 
+class NeedsValue(TypeError):
+    """An op's param was given a value computed from traced arguments while pyew.fuse traced: the
+    arguments `names`, if Python numbers, are traced again by their values."""
+
+    def __init__(self, names: list[str], op: str, param: str):
+        super().__init__(f"pyew.fuse: param {param!r} of {op} takes a number, not a value computed from "
+                         f"{', '.join(names)}")
+        self.names, self.op, self.param = names, op, param
+
+
 def traced_call(op: str, args, params: dict) -> Traced:
     """An op function called on traced operands (pyew/kinds routes such calls here)."""
     for k, v in params.items():
-        if isinstance(v, Traced) or not isinstance(v, (numbers.Real, np.generic)):
-            raise TypeError(f"pyew.fuse: param {k!r} of {op} must be a number while tracing")
+        if isinstance(v, Traced):
+            raise NeedsValue(variables(v.node), op, k)
+        if not isinstance(v, (numbers.Real, np.generic)):
+            raise TypeError(f"pyew.fuse: param {k!r} of {op} must be a number, not {type(v).__name__}")
     return Traced(Call(op, tuple(node_of(a) for a in args), tuple(sorted((k, v if isinstance(v, (bool, int, float))
                                                                           else v.item()) for k, v in params.items()))))
 
@@ -387,6 +430,9 @@ def trace_if_traced(name: str, args, kwargs, fusable: bool = True):
             if not fusable:
                 raise TypeError(f"pyew.fuse: {name} is not an elementwise map op, so it cannot be part of a fused "
                                 "formula; call it outside the fused function")
+            if kwargs.get("out") is not None:
+                raise TypeError(f"pyew.fuse: {name}(..., out=) inside a fused function: return the value, and give "
+                                "out= to the fused function's call")
             params = {k: v for k, v in kwargs.items() if k not in ("out", "stream")}
             return traced_call(name, args, params)
     return None

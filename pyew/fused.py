@@ -21,6 +21,7 @@ import math
 import struct
 import sys
 import threading
+import types
 import warnings
 from dataclasses import dataclass
 
@@ -154,6 +155,7 @@ class Program:
         self._by_name = {a.name: a for a in args}
         self.lines: list[str] = []
         self.uses: list[tuple[int, dt.DType, str]] = []   # (scalar operand, dtype it converts to, op)
+        self.int_exponents: list[int] = []                  # scalar operands that are integer powers' exponents
         self.ops: set[str] = set()
         self.compute = False
         self.given = len(self.scalars)      # the call's numbers; parts computed from them follow (derived)
@@ -313,7 +315,7 @@ class Program:
                                "to a spec and rebuild")
         if len(n.args) != len(op.inputs):
             raise FormulaError(f"{n.op}() takes {len(op.inputs)} input(s) ({', '.join(op.inputs)}), got {len(n.args)} "
-                               f"in formula {self.text!r}")
+                               f"in formula {self.text!r}{call.keyword_hint(op, len(n.args) - len(op.inputs))}")
         given = dict(n.params)
         unknown = set(given) - {p.name for p in op.params}
         if unknown:
@@ -344,8 +346,10 @@ class Program:
         if op.tuning == "compute":
             self.compute = True
         args = []
-        for name, (info, expr) in zip(op.inputs, kids):
+        for at, (name, (info, expr)) in enumerate(zip(op.inputs, kids)):
             want = fixed.get(name, kd)
+            if at == 1 and isinstance(expr, tuple) and want.kind == "int" and numpy_name(op) == "power":
+                self.int_exponents.append(expr[1])      # numpy refuses a negative one: checked per call
             args.append(self._as(info, expr, want, n.op, name))
         for p in op.params:
             v = given.get(p.name, p.default)
@@ -398,6 +402,10 @@ class Program:
                 raise OverflowError(f"{self.text}: {self.scalars[i].name} = {v} does not fit in 64 bits")
             if want.kind == "int":
                 scalar_value(Operand(self.scalars[i].name, SCALAR, v, None, ()), want, op)
+        for i in self.int_exponents:
+            if values[i] < 0:
+                raise ValueError(f"Integers to negative integer powers are not allowed ({self.scalars[i].name} = "
+                                 f"{values[i]} in {self.text})")
 
     def launch(self, ins, out_ptr: int, out_shape, stream, blob):
         """Queue the kernel: ins are call.DevIn of the arrays, in order. Returns the layout it used
@@ -445,7 +453,7 @@ _programs_lock = threading.Lock()
 def program(tree, args: tuple[Arg, ...], text: str) -> Program:
     """The formula typed for these operands; cached by the tree's identity (trees are kept by the
     parse cache and by pyew.fuse's functions, so hashing them per call is avoided)."""
-    key = (id(tree), args, id(library.get()))
+    key = (id(tree), args, id(library.get()), specs.version())
     hit = _programs.get(key)
     if hit is not None and hit[0] is tree:
         return hit[1]
@@ -481,7 +489,8 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     try:
         return call.returned(out, _on_gpu(tree, values, text, out, stream, names))
     except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
-        return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names), text, stream)
+        return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names), text, stream,
+                              f"formula {text!r}")
 
 
 def _on_gpu(tree, values: dict, text: str, out, stream, names):
@@ -667,13 +676,16 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     Names are looked up in local_dict, then global_dict, as numexpr does: either one not given
     is the caller's (its locals, its globals). Operands may be numpy arrays (streamed
     through the GPU once; the result is numpy), GPU arrays (pyew's DeviceArray, torch, CuPy, ...:
-    the result is a DeviceArray) and numbers. `out=` receives the result (its dtype and shape must
-    be the result's); `stream=` runs it on a pyew.Stream.
+    the result is a DeviceArray) and numbers. `out=` receives the result as numpy's out= does
+    (another dtype with casting 'same_kind'; a numpy out the result broadcasts to) and is
+    returned; `stream=` runs it on a pyew.Stream.
 
-    The language: numbers, names, + - * / // % ** (constant exponents), comparisons, & | ^ ~,
-    where(c, a, b), numexpr's functions (exp, log, sqrt, sin, arctan2, abs, ...) and every map op
-    of the loaded library by name with its params as keywords: evaluate("elu(x, alpha=0.5)").
-    The first call of a formula compiles its kernel (cached in memory and in PYEW_CACHE_DIR)."""
+    The language: numbers, names, + - * / // % **, comparisons (put brackets around them beside
+    & | ^: (x > 0) & (y > 0)), & | ^ ~, where(c, a, b), numexpr's functions (exp, log, sqrt,
+    sin, arctan2, abs, round, ...) and every map op of the loaded library by name with its params
+    as keywords: evaluate("elu(x, alpha=0.5)"). and/or/not and numexpr's reductions (sum, max)
+    are refused. The first call of a formula compiles its kernel (cached in memory and on disk:
+    python -m pyew cache)."""
     tree, names = parse(expr)
     values = lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
     return run(tree, values, expr.strip(), out=out, stream=stream, names=names)
@@ -686,37 +698,87 @@ class Fused:
         self.fn = fn
         self.signature = inspect.signature(fn)
         self.trees: dict = {}
+        self.static: set[str] = set()      # number arguments an op's param takes: traced by value
         functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, objtype=None):
+        """As a method: the instance is an argument like any other that is not an array."""
+        return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, out=None, stream=None, **kwargs):
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        values = dict(bound.arguments)
-        key = tuple((k, _kind_of(k, v)) for k, v in values.items())
-        traced = self.trees.get(key)
-        if traced is None:
-            proxies = {k: formula.Traced(Var(k)) if _operand(v) else v for k, v in values.items()}
-            r = self.fn(**proxies)
+        leaves = _leaves(self.signature, bound.arguments)
+        while True:
+            static = {k for k in self.static if python_number(leaves.get(k))}
+            key = tuple((k, ("value", type(v), v) if k in static else _kind_of(k, v)) for k, v in leaves.items())
+            traced = self.trees.get(key)
+            if traced is not None:
+                break
+            proxies = {k: v if k in static or not _operand(v) else formula.Traced(Var(k)) for k, v in leaves.items()}
+            try:
+                r = self.fn(*_rebuilt(self.signature, bound.arguments, proxies, positional=True),
+                            **_rebuilt(self.signature, bound.arguments, proxies, positional=False))
+            except formula.NeedsValue as e:
+                arrays = [n for n in e.names if not python_number(leaves.get(n))]
+                if not arrays and not static >= set(e.names):
+                    self.static = self.static | set(e.names)     # traced again, by their values
+                    continue
+                raise TypeError(f"pyew.fuse: param {e.param!r} of {e.op} takes a number, and is computed from "
+                                f"{', '.join(map(repr, arrays or e.names))}, an array here") from None
             if not isinstance(r, formula.Traced):
                 raise TypeError(f"pyew.fuse: {self.fn.__name__} must return a value computed from its arguments, "
                                 f"not {type(r).__name__}")
             tree = r.node
             traced = self.trees[key] = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
+            break
         tree, used, text = traced
-        return run(tree, {k: values[k] for k in used}, text, out=out, stream=stream, names=used)
+        return run(tree, {k: leaves[k] for k in used}, text, out=out, stream=stream, names=used)
+
+
+def _leaves(sig: inspect.Signature, arguments) -> dict:
+    """The call's arguments by name, *args as name[i] and **kwargs by their own names."""
+    out = {}
+    for name, v in arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            out.update((f"{name}[{i}]", x) for i, x in enumerate(v))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(v)
+        else:
+            out[name] = v
+    return out
+
+
+def _rebuilt(sig: inspect.Signature, arguments, leaves: dict, positional: bool):
+    """The call of the function again, with `leaves` (by _leaves' names) in place of the values:
+    its positional arguments, or its keyword arguments."""
+    P = inspect.Parameter
+    args, kw = [], {}
+    for name, v in arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is P.VAR_POSITIONAL:
+            args.extend(leaves[f"{name}[{i}]"] for i in range(len(v)))
+        elif kind is P.VAR_KEYWORD:
+            kw.update((k, leaves[k]) for k in v)
+        elif kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+            args.append(leaves[name])
+        else:
+            kw[name] = leaves[name]
+    return args if positional else kw
 
 
 def _operand(v) -> bool:
     """An argument pyew.fuse traces as an operand: an array (with a dtype; a list or tuple as numpy
-    reads it) or a number. Anything else (a string, None, a flag) is passed to the function as it
-    is while tracing."""
-    return isinstance(v, (bool, int, float, np.generic, list, tuple)) or \
+    reads it) or a number. Anything else (a string, None, True or False) is passed to the function
+    as it is while tracing: a flag selects what is traced."""
+    return (isinstance(v, (int, float, np.generic, list, tuple)) and not isinstance(v, bool)) or \
         (not isinstance(v, type) and getattr(v, "dtype", None) is not None)
 
 
 def _kind_of(name: str, v):
     """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
-    if python_number(v) or isinstance(v, (list, tuple)):
+    if python_number(v) and not isinstance(v, bool) or isinstance(v, (list, tuple)):
         return type(v)                  # its values are the call's, not the trace's
     if _operand(v):
         return str(v.dtype)
@@ -732,7 +794,10 @@ def fuse(fn=None):
     """Decorator: the function's operators, numpy ufuncs and pyew ops on its arguments run as one
     fused kernel (CuPy's fuse, numexpr's evaluate for functions). Traced once per signature
     (argument dtypes and kinds); Python numbers among the arguments are kernel parameters, so
-    another value does not recompile. Called like the function, plus out= and stream=."""
+    another value does not recompile, except a number an op takes as its param (elu(x,
+    alpha=a)), which is traced again for each value, as are True, False and arguments that are
+    neither arrays nor numbers. Numbers the function reads from elsewhere (globals, closures) are
+    taken when it is traced. Called like the function, plus out= and stream=; works on methods."""
     if fn is None:
         return fuse
     return Fused(fn)

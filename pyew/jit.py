@@ -3,7 +3,8 @@ cuda-python's cuda.bindings.nvrtc) to a cubin for the GPU's architecture, cached
 disk, loaded into the process by libew (ew_jit_load) and launched along libew's own launch plans
 (ew_jit_map: plan_map and plan_strided, the same kernels and shapes as the library's ops).
 
-The disk cache is a folder of files, $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels, each entry
+The disk cache is a folder of files, $PYEW_CACHE_DIR (else $XDG_CACHE_HOME/pyew/kernels, else
+~/.cache/pyew/kernels), each entry
 written to a temporary file and renamed into place, so a reader sees an old entry or a new one,
 never a partial one. A key covers the kernel's source, the headers it includes (libew's and the
 ops' device functions), the GPU architecture, NVRTC's version, the CUDA headers and the options.
@@ -30,6 +31,7 @@ import warnings
 from pathlib import Path
 
 from . import library, specs
+from .errors import CompileError
 
 MAGIC = b"PYEWJIT2"
 OPTIONS = ("-std=c++17", "-default-device")
@@ -37,10 +39,6 @@ MAX_ARRAYS = 12                # a formula's array operands: libew/jit.cu's kMax
 NEED = 11                      # ew_jit_map's description of a missing kernel: see libew/jit.cu
 MISSING = -1
 TEMPLATES = ("ew::map_kernel", "ew::map_shifted_kernel", "ew::bcast_pack_kernel", "ew::strided_elem_kernel")
-
-
-class CompileError(RuntimeError):
-    """NVRTC could not compile a formula's kernel (the message names the formula)."""
 
 
 class Unavailable(RuntimeError):
@@ -546,7 +544,8 @@ def cli(argv) -> int:
     """python -m pyew cache [--clear]"""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m pyew cache", description="The disk cache of fused formulas' "
-                                 "kernels: $PYEW_CACHE_DIR, default ~/.cache/pyew/kernels.")
+                                 "kernels: $PYEW_CACHE_DIR, else $XDG_CACHE_HOME/pyew/kernels, else "
+                                 "~/.cache/pyew/kernels.")
     ap.add_argument("--clear", action="store_true", help="delete the cached kernels (and pyew's other files there)")
     a = ap.parse_args(argv)
     if a.clear:

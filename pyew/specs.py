@@ -6,9 +6,10 @@ compiled by NVRTC on its first call for a signature, cached in memory and on dis
 formula (pyew/jit.py), and run on the library's call path (pyew/fused.py, pyew/call.py).
 
 The rendered headers live under the kernel cache folder, in a folder named by their digest (written
-again if the cache is cleared meanwhile); their text is part of each kernel's cache key. An op
-name stays bound to its first definition in a process: loading another definition of a loaded
-name is refused (a new process can load it). Params are compiled into the kernel, as in formulas:
+again if the cache is cleared meanwhile); their text is part of each kernel's cache key. Loading
+another definition of a loaded name replaces it: its folder is searched first, the plans made
+are dropped and the formula vocabulary is rebuilt, so every caller of the name gets the new one.
+Params are compiled into the kernel, as in formulas:
 each new value of a param compiles once (0.1-0.3 s), so a value that changes call after call
 belongs in an input instead.
 """
@@ -24,6 +25,7 @@ import threading
 from pathlib import Path
 
 from . import call, jit, library
+from .errors import CompileError, SpecError
 from .formula import ALIASES, Call, Var, trace_if_traced
 
 _lock = threading.Lock()
@@ -56,13 +58,14 @@ def function(name: str):
 
 
 def include_dirs() -> list[str]:
-    """The folders holding loaded ops' device functions (fn/<op>.cuh), for NVRTC; a header removed
-    since (python -m pyew cache --clear) is written again."""
+    """The folders holding loaded ops' device functions (fn/<op>.cuh), for NVRTC, the latest loaded
+    first (an op loaded again with another definition is found there); a header removed since
+    (python -m pyew cache --clear) is written again."""
     with _lock:
         for folder, headers in _dirs.items():
             if not all(os.path.exists(os.path.join(folder, "fn", f"{n}.cuh")) for n in headers):
                 _write(Path(folder), headers)
-        return list(_dirs)
+        return list(reversed(_dirs))
 
 
 class SpecOps:
@@ -106,8 +109,11 @@ def load_spec(path) -> SpecOps:
     `ops.name(*inputs, out=None, stream=None, **params)` on the returned object, and by name in
     pyew.evaluate and pyew.fuse. The file has the format of libew/ops.toml; its ops may call the
     loaded library's ops. Each op is compiled by NVRTC on its first call for a signature (operand
-    dtypes and kinds, the values of its params), then cached in memory and on disk. Loading the same
-    file again returns its ops again; another definition of a loaded op name is refused."""
+    dtypes and kinds, the values of its params), then cached in memory and on disk. Loading a file
+    again returns its ops; an op whose definition changed (the file edited, or another file with
+    the name) takes the new one everywhere: its functions, old and new, and formulas. Raises
+    SpecError for a file it cannot take (naming the file, the op and the field), CompileError
+    when an op's C++ does not compile (at its first call), FileNotFoundError."""
     try:                                  # an installed pyew ships it as pyew._generator
         from ._generator import render
         from ._generator import spec as gspec
@@ -129,34 +135,40 @@ def load_spec(path) -> SpecOps:
         raise FileNotFoundError(f"pyew.load_spec: no spec file at {user}")
     base = [p for p in (_built_from(lib, f.path) for f in lib.manifest.spec_files) if p is not None]
     if any(p.resolve() == user.resolve() for p in base):
-        raise ValueError(f"pyew.load_spec: {user} is one of the library's own spec files; its ops are built in "
+        raise SpecError(f"pyew.load_spec: {user} is one of the library's own spec files; its ops are built in "
                          "(pyew.ops() lists them)")
     shown = gspec.spec_path(user)
-    own = gspec.parse_text(gspec.decode(user.read_bytes(), shown), shown)     # its own fields' errors first
+    try:
+        own = gspec.parse_text(gspec.decode(user.read_bytes(), shown), shown)     # its own fields' errors first
+    except gspec.SpecError as e:
+        raise SpecError(str(e)) from None
     if not own:
-        raise gspec.SpecError(f"{shown}: no ops defined")
+        raise SpecError(f"{shown}: no ops defined")
     # imported here: fused imports this module for its vocabulary
     from . import fused
     taken = fused.vocabulary()
     for op in own:
         alias = ALIASES.get(op.name)
         if alias is not None:
-            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': formulas read {op.name}() as {alias}(); "
+            raise SpecError(f"{shown}: op {op.name!r}: field 'name': formulas read {op.name}() as {alias}(); "
                                   "choose another")
         if op.name in taken and op.name not in _ops:
             lib_op = taken[op.name].name
             why = ("the loaded library already has an op of this name" if lib_op == op.name else
                    f"formulas already call the library's op {lib_op!r} by this name (numpy's name for it)")
-            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'name': {why}; choose another")
-    spec = gspec.load([*base, user])      # with the library's ops: an op may call them
+            raise SpecError(f"{shown}: op {op.name!r}: field 'name': {why}; choose another")
+    try:
+        spec = gspec.load([*base, user])      # with the library's ops: an op may call them
+    except gspec.SpecError as e:
+        raise SpecError(str(e)) from None
     mine = [op for op in spec.ops if op.source == shown]
     for op in mine:
         if op.kind != "map":
-            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'kind': {op.kind!r}: pyew.load_spec compiles "
+            raise SpecError(f"{shown}: op {op.name!r}: field 'kind': {op.kind!r}: pyew.load_spec compiles "
                                   "map ops only; build other kinds into the library with make")
         elsewhere = sorted(set(op.calls) & (set(_ops) - {o.name for o in mine}))
         if elsewhere:           # their device functions are not in this file's headers
-            raise gspec.SpecError(f"{shown}: op {op.name!r}: field 'expr': calls {', '.join(elsewhere)}, an op of "
+            raise SpecError(f"{shown}: op {op.name!r}: field 'expr': calls {', '.join(elsewhere)}, an op of "
                                   "another file pyew.load_spec loaded; an op may call the library's ops and the ops "
                                   "of its own file: put them in one file")
     headers = {op.name: render.fn_header(op, spec) for op in mine}
@@ -167,17 +179,15 @@ def load_spec(path) -> SpecOps:
         {k: v for k, v in entries[n].items() if k != "source"}, sort_keys=True)).encode()).hexdigest() for n in headers}
     global _version
     with _lock:
-        for name, d in defs.items():
-            got = _ops.get(name)
-            if got is not None and got[1] != d:
-                raise ValueError(f"pyew.load_spec: op {name!r} of {shown} differs from the one this process loaded "
-                                 f"from {got[2]}; an op keeps its first definition in a process (start a new one "
-                                 "to use the other)")
-        new = [n for n in defs if n not in _ops]
+        new = [n for n, d in defs.items() if n not in _ops or _ops[n][1] != d]
         if new:
             folder = _folder(digest, headers)
-            _dirs.setdefault(folder, headers)
+            _dirs.pop(folder, None)
+            _dirs[folder] = headers         # searched first
             for name in new:
+                if name in _ops:            # another definition: its function and the plans made are replaced
+                    _functions.pop(name, None)
+                    call.plans().clear()
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
                 _files[name] = str(user.resolve())
             _version += 1
@@ -244,6 +254,8 @@ def _function(op: library.Op):
     by_values: dict = {}                  # the params' values -> the tree (defaults filled in)
 
     def fn(*args, out=None, stream=None, **params):
+        if _ops[op.name][0] is not op:      # loaded again with another definition: that one
+            return _functions[op.name](*args, out=out, stream=stream, **params)
         traced = trace_if_traced(op.name, args, params)      # inside pyew.fuse: build the formula instead
         if traced is not None:
             return traced
@@ -265,8 +277,8 @@ def _function(op: library.Op):
         from . import fused
         try:
             return fused.run(tree, dict(zip(inputs, args)), text, out=out, stream=stream, names=inputs)
-        except jit.CompileError as e:     # the spec's C++ (its expr) did not compile: say where it is
-            raise jit.CompileError(f"{op.source}: op {op.name!r}: field 'expr': {e}") from None
+        except CompileError as e:     # the spec's C++ (its expr) did not compile: say where it is
+            raise CompileError(f"{op.source}: op {op.name!r}: field 'expr': {e}") from None
 
     fn.__name__ = fn.__qualname__ = op.name
     fn.__doc__ = f"{op.doc}\n\n{op.name}({', '.join(inputs + [f'{p.name}={p.default}' for p in op.params])}, " \

@@ -19,11 +19,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from . import array, formula, interop, kinds, library
-from . import dtypes as dt
-from . import runtime as rt
-from .array import PARTIAL, DeviceArray, aliasing
+from .array import DeviceArray
 from .errors import LibraryError
-from .operands import DEVICE, SCALAR, Operand, kernel_dtype, numpy_name, result_dtype
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,6 @@ def _forget() -> None:
     global _table
     _table = None
     _entries.clear()
-    _out_dtypes.clear()
 
 
 kinds.on_reset(_forget)
@@ -162,6 +158,10 @@ kinds.on_reset(_forget)
 def missing(ufunc: str, what: str) -> TypeError:
     """The error for a ufunc the loaded library has no op for: which op to add, and how."""
     lib = library.get()
+    u = getattr(np, ufunc, None)
+    if isinstance(u, np.ufunc) and u.signature is not None:       # matmul, vecdot: not elementwise
+        return TypeError(f"{what}: numpy's {ufunc} is not elementwise (its signature {u.signature}), and pyew's ops "
+                         "are; compute it with torch or CuPy on the same memory (no copy), or on the host after .get()")
     return TypeError(f"{what} needs an op for numpy's {ufunc!r}, and the loaded library ({lib.path}) has none: "
                      f'add an [[op]] with name = "{ufunc}" (or with ufunc = "{ufunc}") to a spec and rebuild '
                      f'(make all; your own spec file: make all SPEC="libew/ops.toml my_ops.toml")')
@@ -221,7 +221,7 @@ def power(a, b, in_place: bool = False):
             fn, op = e
             if not in_place:
                 return fn(a)
-            into(fn, op, fast, (a,), a)
+            into(fn, (a,), a)
             return a
     negative_int_power(a, b)
     return inplace("power", a, b) if in_place else binary("power", a, b)
@@ -253,114 +253,18 @@ def inplace(ufunc: str, a, b):
     if type(b) not in _PLAIN and not takes(b):
         return NotImplemented
     fn, op = _entries.get(ufunc) or _function(ufunc)
-    into(fn, op, ufunc, (a, b), a)
+    into(fn, (a, b), a)
     return a
 
 
-# ---- out=, with numpy's casting -------------------------------------------------------------------------
+# ---- out= ---------------------------------------------------------------------------------------------
 
-_out_dtypes: dict[tuple, dt.DType | None] = {}     # (op, operand dtypes or number types) -> result dtype
-
-
-def _out_dtype(op: library.Op, args) -> dt.DType | None:
-    """The dtype op's call gives for these operands, or None where only the call can tell (foreign
-    arrays, lists, or operands it will refuse with its own error)."""
-    key = [op.name]
-    for x in args:
-        t = type(x)
-        if t is DeviceArray:
-            key.append(x.info)
-        elif t is float or t is int or t is bool:
-            key.append(t)
-        elif isinstance(x, (np.ndarray, np.generic)):
-            key.append(x.dtype)
-        elif isinstance(x, (list, tuple)):          # host data as numpy reads it: d += [1, 2, 3]
-            try:
-                d = np.asarray(x).dtype
-            except Exception:
-                return None
-            if d.kind not in "biuf":
-                return None
-            key.append(d)
-        else:
-            return None
-    key = tuple(key)
-    try:
-        return _out_dtypes[key]
-    except KeyError:
-        pass
-    try:
-        operands = [Operand("x", SCALAR, k(0), None, ()) if isinstance(k, type) else
-                    Operand("x", DEVICE, None, dt.lookup(k), ()) for k in key[1:]]
-        kd = kernel_dtype(result_dtype(operands, op.name), op.dtypes, op.name, numpy_name(op))
-        got = op.kernel(kd).out_dtype
-    except (KeyError, TypeError, ValueError):
-        got = None
-    _out_dtypes[key] = got
-    return got
-
-
-def _shape_of(x):
-    if isinstance(x, (DeviceArray, np.ndarray)):
-        return tuple(x.shape)
-    return np.shape(x) if isinstance(x, (list, tuple)) else ()
-
-
-def into(fn: Callable, op: library.Op, ufunc: str, args: tuple, out):
-    """fn(*args) written into out, numpy's way: where the result's dtype is out's, the op's own
-    out=; else (casting 'same_kind', as numpy's out= and in-place operators allow) into a new
-    array, converted into out on the GPU. An out that overlaps an input without being exactly it
-    gets the result after every input was read, as numpy guarantees."""
-    if type(out) is not DeviceArray:
-        fn(*args, out=out)          # numpy or foreign arrays: the op's checks and messages
-        return out
-    info = _out_dtype(op, args)
-    shifted = any(aliasing(out, x) == PARTIAL for x in args)
-    if not shifted and (info is None or info is out.info):
-        fn(*args, out=out)
-        return out
-    if out.readonly:
-        raise ValueError(f"{op.name}: out is a read-only GPU array")
-    if info is not None:
-        _check_cast(info, out, op, ufunc)
-    try:
-        shape = tuple(np.broadcast_shapes(*(_shape_of(x) for x in args)))
-    except ValueError:
-        shape = None                # the op's call below raises its own error
-    if shape is not None and shape != out.shape:
-        raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
-                         f"broadcast shape {shape}")
-    res = fn(*args)
-    if isinstance(res, (np.ndarray, np.generic)):    # numpy inputs alone give a numpy result: it goes up once
-        with rt.on(out.ordinal):
-            res = array.from_host(np.asarray(res), rt.resolve_stream(None))
-    if res.shape != out.shape:
-        raise ValueError(f"{op.name}: non-broadcastable output operand with shape {out.shape} doesn't match the "
-                         f"broadcast shape {res.shape}")
-    if res.ordinal != out.ordinal:
-        raise ValueError(f"{op.name}: out is on cuda:{out.ordinal} and the inputs on "
-                         f"cuda:{res.ordinal}; the GPU arrays of one call must be on one GPU")
-    _check_cast(res.info, out, op, ufunc)
-    with rt.on(out.ordinal):
-        if res.info is out.info:
-            array.copy_into(out, res)
-        else:
-            array.cast(res, out.info, out=out)
+def into(fn: Callable, args: tuple, out):
+    """fn(*args) written into out, numpy's way: the op function's own out=, which casts with
+    'same_kind' (as numpy's out= and in-place operators allow) and, where out overlaps an input
+    without being exactly it, writes the result after every input was read. Returns out."""
+    fn(*args, out=out)
     return out
-
-
-def _check_cast(info: dt.DType, out: DeviceArray, op: library.Op, ufunc: str) -> None:
-    """A result of dtype `info` may go into out: numpy's 'same_kind' rule, and a cast op to do it."""
-    if info is out.info:
-        return
-    if not np.can_cast(info.np, out.dtype, "same_kind"):
-        raise TypeError(f"Cannot cast ufunc {ufunc!r} output from {info.name} to {out.info.name} with casting "
-                        "rule 'same_kind' (numpy's rule for out= and in-place operators); write into a "
-                        f"{info.name} array, or convert an input with .astype()")
-    if array.cast_entry(info, out.info) is None:
-        raise TypeError(f"{op.name}: the result is {info.name} and out is {out.info.name}, but the library has no "
-                        f"cast from {info.name} to {out.info.name} (op to_{out.info.name}); add it to a spec and "
-                        f"rebuild, or write into a {info.name} array")
 
 
 # ---- numpy's ufuncs on DeviceArrays (NEP 13) ----------------------------------------------------------
@@ -402,7 +306,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     o = outs[0] if outs else None
     if o is None:
         return fn(*inputs)
-    return into(fn, op, name, inputs, o)
+    return into(fn, inputs, o)
 
 
 array.use_ufuncs(sys.modules[__name__])

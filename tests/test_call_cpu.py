@@ -95,6 +95,14 @@ def test_device_calls_and_astype(fakes, rng):
     np.testing.assert_array_equal(r.get(), a + a)
     np.testing.assert_array_equal(d.astype("float16").get(), a.astype(np.float16))
     np.testing.assert_array_equal(pyew.add(d, a).get(), a + a)        # mixed host and device
+    e = pyew.DeviceArray.new(7, "float16")                # a dtype name, an int shape, the current stream
+    assert e.shape == (7,) and e.dtype == np.float16
+    assert pyew.DeviceArray.new([2, 3], np.int32).shape == (2, 3)
+    with pytest.raises(TypeError, match="numpy's matmul is not elementwise.*torch or CuPy"):
+        np.matmul(d, d)
+    traced = pyew.fuse(lambda x: x.sum())
+    with pytest.raises(AttributeError, match="a traced value has no attribute 'sum'.*outside it"):
+        traced(d)
 
 
 @needs_lib
@@ -316,6 +324,14 @@ def test_python_numbers_off_the_short_path(fakes, rng):
                                         "dtype\\('int32'\\)"):
         pyew.add(x, 1.0, out=pyew.empty(100, "int32"))
     assert not launches
+    o = pyew.asarray(np.full(100, 7, np.uint32))
+    with pytest.raises(TypeError, match="greater: the result is bool and out is uint32, but the library has no "
+                                        "cast from bool to uint32"):
+        pyew.greater(x, 0.0, out=o)                    # numpy would allow it: the missing cast, before running
+    with pytest.raises(TypeError, match="no cast from bool to uint32"):
+        np.greater(x, 0.0, out=o)
+    assert not launches
+    np.testing.assert_array_equal(o.get(), 7)
     np.testing.assert_array_equal(x.get(), a)
     pyew.add(x, 1.0, out=x)                              # exactly the input: in place
     np.testing.assert_array_equal(x.get(), a + np.float32(1))

@@ -29,15 +29,14 @@ def test_arithmetic_and_precedence():
 def test_operators_on_numbers_fold_as_python_computes_them():
     assert parse("+2") == Const(2) and parse("~5") == Const(-6) and parse("-True") == Const(-1)
     assert parse("x * (1 - 0.25)") == Op("multiply", Var("x"), Const(0.75))
-    with pytest.raises(FormulaError, match="constant arithmetic"):
+    with pytest.raises(FormulaError, match="arithmetic on its numbers fails: ZeroDivisionError"):
         parse("x + 1 / 0")
 
 
 def test_constant_powers_stay_powers_until_the_base_dtype_is_known():
     assert parse("x ** 2") == Op("power", Var("x"), Const(2))
     assert parse("x ** -1.0") == Op("power", Var("x"), Const(-1.0))
-    with pytest.raises(FormulaError, match="non-constant exponent"):
-        parse("x ** y")
+    assert parse("x ** y") == Op("power", Var("x"), Var("y"))     # numexpr's x ** y: the power op
 
 
 def test_comparisons_chain_and_logic():

@@ -502,3 +502,97 @@ def test_the_header_digest_follows_op_headers_into_the_ops_they_include(tmp_path
     (tmp_path / "fn" / "unused.cuh").write_text("// not included\n")
     assert jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",)) == \
         jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",))
+
+
+def test_numexpr_mistakes_are_refused_before_anything_runs(vocab):
+    """What numpy raises on or numexpr refuses is refused, saying what to write: & inside a chain
+    of comparisons (Python reads x > 0 & y > 0 as x > (0 & y) > 0), and/or/not, numexpr's
+    reductions; a bracketed & in a chain is what was written, and stays."""
+    with pytest.raises(pyew.FormulaError, match=r"chain of comparisons over 0 & y .*write \(x > 0\) & \(y > 0\)"):
+        fused.parse("x > 0 & y > 0")
+    with pytest.raises(pyew.FormulaError, match=r"write \(x == 1\) \| \(y != 2\)"):
+        fused.parse("x == 1 | y != 2")
+    with pytest.raises(pyew.FormulaError, match="chain of comparisons over \\(0\\) & y"):
+        fused.parse("x > (0) & y > 0")
+    tree, _ = fused.parse("x > (0 & y) > 0")
+    assert [c.op for c in formula.calls(tree)].count("bitwise_and") == 2
+    for expr, word in (("x and y", "and"), ("x or y", "or"), ("not x", "not")):
+        with pytest.raises(pyew.FormulaError, match=f"'{word}' is not allowed in a formula.*use & \\| ~"):
+            fused.parse(expr)
+    for name, use in (("max", "maximum"), ("min", "minimum"), ("sum", "np.sum")):
+        with pytest.raises(pyew.FormulaError, match=f"{name}\\(\\) is a reduction in numexpr.*{use}"):
+            fused.parse(f"{name}(x, 0)")
+    assert fused.parse("round(x)")[0].op == "rint"          # numexpr's round: to even
+    with pytest.raises(pyew.FormulaError, match="fails: ZeroDivisionError: integer division or modulo by zero"):
+        fused.parse("x + 1 // 0")
+    with pytest.raises(pyew.FormulaError, match="fails: a complex result"):
+        fused.parse("x + (-1) ** 0.5")
+    with pytest.raises(pyew.FormulaError, match="'left_shift', which the loaded library has no op for"):
+        typed("i << 2", i="int32")
+
+
+def test_powers_take_any_exponent(vocab, fakes):
+    """x ** p, 2 ** x and x ** y as numpy and numexpr compute them; an integer base to a negative
+    Python int exponent given at run time is numpy's ValueError, from evaluate and fuse."""
+    a = np.array([0.5, 1.0, 2.0, 3.0], np.float32)
+    d = pyew.asarray(a)
+    np.testing.assert_allclose(pyew.evaluate("x ** p", dict(x=d, p=3.0)).get(), a ** 3.0, rtol=1e-6)
+    np.testing.assert_allclose(pyew.evaluate("2 ** x", dict(x=d)).get(), 2 ** a, rtol=1e-6)
+    np.testing.assert_allclose(pyew.evaluate("x ** y", dict(x=d, y=d)).get(), a ** a, rtol=1e-6)
+    i = pyew.asarray(np.arange(1, 5, dtype=np.int32))
+    np.testing.assert_array_equal(pyew.evaluate("i ** k", dict(i=i, k=2)).get(), np.arange(1, 5) ** 2)
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+        pyew.evaluate("i ** k", dict(i=i, k=-1))
+    power = pyew.fuse(lambda x, k: x ** k)
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+        power(i, -1)
+    np.testing.assert_array_equal(power(i, 3).get(), np.arange(1, 5) ** 3)
+    np.testing.assert_allclose(pyew.evaluate("x + 2 ** 64", dict(x=d)).get(), a + np.float32(2 ** 64))
+
+
+def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
+    """A number an op takes as its param is traced by value (once per value); True and False
+    select what is traced; methods, *args, **kwargs and positional-only arguments work; out=
+    inside the function is refused rather than dropped."""
+    a = np.arange(-2, 2, dtype=np.float32)
+    d = pyew.asarray(a)
+
+    @pyew.fuse
+    def act(x, alpha=0.5):
+        return pyew.elu(x, alpha=alpha) * 2
+    for alpha in (0.3, 0.7, 0.3):
+        np.testing.assert_array_equal(act(d, alpha).get(), pyew.mul(pyew.elu(d, alpha=alpha), 2).get())
+    assert len(act.trees) == 2
+
+    @pyew.fuse
+    def scaled(x, a):
+        return pyew.elu(x, alpha=a * 2)
+    np.testing.assert_array_equal(scaled(d, 0.25).get(), pyew.elu(d, alpha=0.5).get())
+    with pytest.raises(TypeError, match="param 'alpha' of elu takes a number, and is computed from 'a', an array"):
+        scaled(d, d)
+
+    @pyew.fuse
+    def maybe(x, training=True):
+        return x * 0.5 if training else x
+    np.testing.assert_array_equal(maybe(d).get(), a * 0.5)
+    np.testing.assert_array_equal(maybe(d, training=False).get(), a)
+
+    class Layer:
+        @pyew.fuse
+        def twice(self, x):
+            return x * 2
+    np.testing.assert_array_equal(Layer().twice(d).get(), a * 2)
+
+    @pyew.fuse
+    def many(*xs, **kw):
+        return xs[0] + xs[1] * kw["s"]
+    np.testing.assert_array_equal(many(d, d, s=3.0).get(), a + a * 3)
+    np.testing.assert_array_equal(pyew.fuse(lambda x, /: x * 2)(d).get(), a * 2)
+
+    @pyew.fuse
+    def writes(x, buf):
+        pyew.exp(x, out=buf)
+        return x * 2
+    buf = pyew.asarray(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="exp\\(..., out=\\) inside a fused function"):
+        writes(d, buf)

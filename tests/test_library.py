@@ -130,8 +130,57 @@ def test_import_and_ops_work_without_gpu_then_clear_error():
 
 
 def test_import_without_library_or_gpu(tmp_path):
-    r = run_py("import pyew; print('ok', pyew.__name__)", PYEW_LIB=str(tmp_path / "none.so"))
-    assert r.stdout.strip() == "ok pyew"
+    r = run_py("import pyew; print('ok', pyew.__name__, hasattr(pyew, 'gelu'), getattr(pyew, 'x', 5))",
+               PYEW_LIB=str(tmp_path / "none.so"))
+    assert r.stdout.strip() == "ok pyew False 5", r.stderr
+    r = run_py("import pyew; pyew.gelu", PYEW_LIB=str(tmp_path / "none.so"))
+    assert "has no attribute 'gelu': the op table cannot load" in r.stderr and "make all" in r.stderr
+
+
+@needs_lib
+def test_ops_lists_each_functions_own_signature():
+    """The special kernels' rows come from their functions (the manifest has no inputs for them);
+    a param without a default is told apart from one whose default is None."""
+    ops = {o["name"]: o for o in pyew.ops()}
+    assert ops["relu_mask_backward"]["inputs"] == ["dy", "mask"] and ops["relu_mask_backward"]["arity"] == 2
+    assert ops["scatter_add"]["inputs"] == ["dst", "index", "src"]
+    assert ops["upsample_nearest2d"]["params"] == {"scale": None, "output_size": None}
+    assert ops["upsample_nearest2d"]["required"] == []
+    assert ops["scale"]["required"] == ["alpha"] and ops["elu"]["required"] == []
+    assert callable(pyew.add)                     # bound as a module attribute: listed once all the same
+    names = dir(pyew)
+    assert names.count("add") == 1 and "annotations" not in names
+    r = subprocess.run([sys.executable, "-m", "pyew", "ops"], cwd=ROOT, capture_output=True, text=True)
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("scale "))
+    assert " alpha " in row and "alpha=" not in row
+    r = subprocess.run([sys.executable, "-m", "pyew"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and not r.stdout and "usage: python -m pyew COMMAND" in r.stderr
+
+
+@needs_lib
+def test_argument_errors_name_the_function_and_its_signature():
+    import numpy as np
+    a = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match=r"^dot\(a, b, /, \*, out=None, stream=None\): too many positional"):
+        pyew.dot(a, a, a)
+    with pytest.raises(TypeError, match=r"^relu_mask_backward\(dy, mask, .*missing a required argument: 'mask'"):
+        pyew.relu_mask_backward(a)
+    with pytest.raises(TypeError, match=r"^upsample_nearest2d\(.*unexpected keyword argument 'size'"):
+        pyew.upsample_nearest2d(a, size=2)
+    with pytest.raises(TypeError, match=r"elu\(\) takes 1 input\(s\) \(x\), got 2; its params are keywords only: "
+                                        r"elu\(x, alpha=\.\.\.\)"):
+        pyew.elu(a, 0.5)
+    with pytest.raises(pyew.FormulaError, match=r"its params are keywords only: elu\(x, alpha=\.\.\.\)"):
+        pyew.evaluate("elu(x, 0.5)", {"x": a})
+    with pytest.raises(TypeError, match=r"has dtype uint8, .*; convert it first: a\.astype\(np\.int32\)"):
+        pyew.gelu(np.ones(3, np.uint8))
+    with pytest.raises(TypeError, match=r"pyew has no dtype int8; .*convert it first: a\.astype\(np\.int32\)"):
+        pyew.asarray(np.ones(3, np.int8))
+    with pytest.raises(TypeError, match=r"no cast from uint32 to float64 \(op to_float64\); convert the input first "
+                                        r"\(x\.astype\(np\.float64\)\)"):
+        pyew.gelu(np.ones(3, np.uint32))
+    assert issubclass(pyew.FormulaError, pyew.PyewError) and issubclass(pyew.FormulaError, ValueError)
+    assert issubclass(pyew.SpecError, pyew.PyewError) and issubclass(pyew.CompileError, pyew.PyewError)
 
 
 def test_errors_checked_before_gpu_use():

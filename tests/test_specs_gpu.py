@@ -99,3 +99,32 @@ def test_a_new_process_reads_the_kernels_from_the_disk_cache(tmp_path):
         runs.append(__import__("json").loads(r.stdout.strip().splitlines()[-1]))
     assert runs[0]["compiled"] >= 1 and runs[0]["ok"]
     assert runs[1]["compiled"] == 0 and runs[1]["disk"] >= 1 and runs[1]["ok"] and not runs[1]["nvrtc"]
+
+
+def test_a_changed_definition_compiles_anew(tmp_path, rng):
+    """An op loaded again with another definition: NVRTC finds its new device function (the latest
+    folder is searched first), in its own calls (from the functions returned before too), in
+    formulas naming it, and in an op that calls it."""
+    spec = tmp_path / "mine.toml"
+
+    def write(k):
+        ops = (("scaled_tail", f"x * C({k})", f"x * {k}"),
+               ("scaled_tail_plus", "scaled_tail(x) + C(1)", f"x * {k} + 1"))
+        spec.write_text("".join(f'[[op]]\nname = "{n}"\ninputs = ["x"]\ndtypes = ["float32", "float16"]\n'
+                                f'expr = "{e}"\nref = "{r}"\ndoc = "{n}."\n\n' for n, e, r in ops))
+    x = rng.uniform(-4, 4, 4099).astype(np.float32)       # atol: near x * k = -1 the kernel's fma rounds once
+    d = pyew.asarray(x)
+    write(3)
+    first = pyew.load_spec(spec)
+    np.testing.assert_allclose(first.scaled_tail(d).get(), x * 3, rtol=1e-6, atol=1e-6)
+    got = pyew.evaluate("scaled_tail_plus(x) * 2", {"x": d}).get()
+    np.testing.assert_allclose(got, (x * 3 + 1) * 2, rtol=1e-6, atol=1e-6)
+    write(5)
+    second = pyew.load_spec(spec)
+    for got in (second.scaled_tail(d), first.scaled_tail(d)):
+        np.testing.assert_allclose(got.get(), x * 5, rtol=1e-6, atol=1e-6)
+    got = pyew.evaluate("scaled_tail_plus(x) * 2", {"x": d}).get()
+    np.testing.assert_allclose(got, (x * 5 + 1) * 2, rtol=1e-6, atol=1e-6)
+    h = x.astype(np.float16)
+    np.testing.assert_allclose(second.scaled_tail_plus(h).astype(np.float64), h.astype(np.float64) * 5 + 1,
+                               rtol=2e-3)

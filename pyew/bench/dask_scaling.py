@@ -118,11 +118,11 @@ def main(argv=None) -> int:
     add("--chunk", type=_count, default=1 << 26, help="elements per chunk (default 2**26)")
     add("--chunks", type=names, default="numpy,cupy", help="chunk kinds: numpy, cupy (default both)")
     add("--variants", type=names, default="ops,map_blocks,cupy,none", help="ops, map_blocks, cupy, none (default all)")
-    add("--repeats", type=int, default=5)
+    add("--repeats", type=int, default=5, help="timed repeats of each case (default 5)")
     add("--threads", type=int, default=1, help="threads per worker (default 1)")
     add("--in-flight", type=int, default=1,
         help="pipelines submitted at once per timed repeat; the figure is per pipeline (default 1)")
-    add("--out", type=Path, default="bench-out", help="folder for dask.json and dask.md")
+    add("--out", type=Path, default="bench-out", help="folder for dask.json and dask.md (default bench-out)")
     args = ap.parse_args(argv)
     if args.in_flight < 1 or args.repeats < 1:
         ap.error("--in-flight and --repeats must be at least 1")

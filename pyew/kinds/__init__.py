@@ -33,9 +33,10 @@ def binder(kind: str):
 
 
 def make_function(name: str, impl: Callable, params: list[inspect.Parameter], doc: str,
-                  fusable: bool = True) -> Callable:
+                  fusable: bool = True, ufunc: str | None = None) -> Callable:
     """An op's Python function; `fusable`: a map op, which pyew.fuse traces into its formula (the
-    special kernels are whole-array operations a formula cannot hold)."""
+    special kernels are whole-array operations a formula cannot hold); `ufunc`: numpy's name for
+    the op, which numpy's out= messages give."""
     def run(args, kwargs):
         if several():
             # run on the operands' GPU, restoring the caller's current device afterwards
@@ -44,6 +45,14 @@ def make_function(name: str, impl: Callable, params: list[inspect.Parameter], do
         return impl(*args, **kwargs)
 
     def op(*args, **kwargs):
+        try:
+            return dispatch(args, kwargs)
+        except TypeError:
+            if not fusable:     # a special kernel's method would name itself: the public signature instead
+                _check_binds(name, op.__signature__, args, kwargs)
+            raise
+
+    def dispatch(args, kwargs):
         traced = trace_if_traced(name, args, kwargs, fusable)     # inside pyew.fuse: build the formula
         if traced is not None:
             return traced
@@ -61,12 +70,21 @@ def make_function(name: str, impl: Callable, params: list[inspect.Parameter], do
                 raise
             # numpy's out=: another dtype (a same_kind cast), a numpy out the result broadcasts to, a
             # GPU out overlapping an input in part: the result first, then written into out
-            return write_out(out, e, lambda: run(args, {**kwargs, "out": None}), name, kwargs.get("stream"))
+            return write_out(out, e, lambda: run(args, {**kwargs, "out": None}), name, kwargs.get("stream"),
+                             f"ufunc {ufunc or name!r}")
     op.__name__ = op.__qualname__ = name
     op.__module__ = "pyew"
     op.__doc__ = doc
     op.__signature__ = inspect.Signature(params)
     return op
+
+
+def _check_binds(name: str, sig: inspect.Signature, args, kwargs) -> None:
+    """A TypeError naming the function and its signature where the arguments do not fit it."""
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{name}{sig}: {e}") from None
 
 
 def positional(names) -> list[inspect.Parameter]:
