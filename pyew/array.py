@@ -284,12 +284,10 @@ class DeviceArray:
         """A new array of `shape` (of `size` elements, where the caller knows it) and pyew dtype
         row `info` (or a dtype numpy reads), allocated on `stream` (None: the current one),
         uninitialised. pyew.empty(shape, dtype, stream, device) is the same for users."""
-        if type(info) is not dt.DType:
-            info = lookup_dtype(info)
-        if stream is None:
-            stream = rt.resolve_stream(None)
-        if type(shape) is not tuple:
-            shape = tuple(shape) if isinstance(shape, (list, range)) else (operator.index(shape),)
+        if stream is None or type(info) is not dt.DType or type(shape) is not tuple:     # a user's call
+            info = info if type(info) is dt.DType else lookup_dtype(info)
+            stream = rt.resolve_stream(None) if stream is None else stream
+            shape = normalize_shape(shape)
         if size is None:
             size = 1
             for s in shape:
