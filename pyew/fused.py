@@ -168,7 +168,10 @@ class Program:
         self.out = info
         self.tuning = 1 if self.compute else 0
         in_t = [a.info.ctype for a in self.arrays]
-        params = "".join(f"  {'double' if _is_float(a) else 'long long'} p{i};\n" for i, a in enumerate(self.scalars))
+        # a Python int that meets float dtypes alone is passed as a double: any int numpy takes there
+        ints = {i for i, want, _ in self.uses if want.kind != "float"}
+        self.doubles = [_is_float(a) or i not in ints for i, a in enumerate(self.scalars)]
+        params = "".join(f"  {'double' if d else 'long long'} p{i};\n" for i, d in enumerate(self.doubles))
         sig = ", ".join(f"const {t} a{i}" for i, t in enumerate(in_t))
         body = "".join(f"    {ln}\n" for ln in self.lines)
         includes = "".join(f'#include "fn/{op}.cuh"\n' for op in sorted(self.ops))
@@ -183,7 +186,7 @@ class Program:
         self.in_types = in_t
         self.in_sizes = (ctypes.c_int * len(in_t))(*[a.info.itemsize for a in self.arrays])
         self.in_sizes_at = ctypes.addressof(self.in_sizes)
-        self.fmt = "<" + "".join("d" if _is_float(a) else "q" for a in self.scalars)
+        self.fmt = "<" + "".join("d" if d else "q" for d in self.doubles)
         self.read = frozenset(i for i, _, _ in self.uses)     # the numbers the kernel reads
         self.slots: dict[str, jit.Slots] = {}
 
@@ -398,6 +401,13 @@ class Program:
         refuses int32 + 2**40); raises before anything runs."""
         for i, want, op in self.uses:
             v = values[i]
+            if self.doubles[i]:
+                try:
+                    float(v)
+                except OverflowError:       # numpy's error for float32 * 10**400
+                    raise OverflowError(f"{self.text}: {self.scalars[i].name} is an int too large for a float "
+                                        f"({len(str(abs(v)))} digits)") from None
+                continue
             if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
                 raise OverflowError(f"{self.text}: {self.scalars[i].name} = {v} does not fit in 64 bits")
             if want.kind == "int":

@@ -548,6 +548,14 @@ def test_powers_take_any_exponent(vocab, fakes):
         power(i, -1)
     np.testing.assert_array_equal(power(i, 3).get(), np.arange(1, 5) ** 3)
     np.testing.assert_allclose(pyew.evaluate("x + 2 ** 64", dict(x=d)).get(), a + np.float32(2 ** 64))
+    # a Python int meeting float dtypes alone may be any, as in numpy; one meeting an int dtype fits it
+    np.testing.assert_allclose(pyew.evaluate("x * n", dict(x=d, n=2 ** 64)).get(), a * np.float32(2 ** 64))
+    np.testing.assert_allclose(pyew.evaluate("i * 0.5 + n", dict(i=i, n=2 ** 70)).get(),
+                               np.arange(1, 5) * 0.5 + 2 ** 70)
+    with pytest.raises(OverflowError, match="n is an int too large for a float \\(401 digits\\)"):
+        pyew.evaluate("x * n", dict(x=d, n=10 ** 400))
+    with pytest.raises(OverflowError, match="does not fit in 64 bits"):
+        pyew.evaluate("i + n", dict(i=i, n=2 ** 64))
 
 
 def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
