@@ -709,6 +709,7 @@ class Fused:
         self.signature = inspect.signature(fn)
         self.trees: dict = {}
         self.static: set[str] = set()      # number arguments an op's param takes: traced by value
+        self.varargs = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj, objtype=None):
@@ -718,9 +719,9 @@ class Fused:
     def __call__(self, *args, out=None, stream=None, **kwargs):
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        leaves = _leaves(self.signature, bound.arguments)
+        leaves = _leaves(self.signature, bound.arguments) if self.varargs else bound.arguments
         while True:
-            static = {k for k in self.static if python_number(leaves.get(k))}
+            static = {k for k in self.static if python_number(leaves.get(k))} if self.static else self.static
             key = tuple((k, ("value", type(v), v) if k in static else _kind_of(k, v)) for k, v in leaves.items())
             traced = self.trees.get(key)
             if traced is not None:
