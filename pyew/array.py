@@ -748,7 +748,7 @@ def lookup_dtype(dtype) -> dt.DType:
         return dt.lookup(dtype)
     except (KeyError, TypeError):
         try:
-            shown = np.dtype(dtype).name
+            shown = str(np.dtype(dtype))        # float16, >f4, <U3
         except TypeError:
             shown = repr(dtype)
         raise TypeError(f"pyew has no dtype {shown}; it knows {', '.join(dt.BY_NAME)}"

@@ -62,8 +62,7 @@ def _map_op(op) -> library.Op:
     """The map op for `op` (a pyew op function, a loaded spec op's function, or its name)."""
     name = op if isinstance(op, str) else getattr(op, "__name__", None)
     spec = _op_named(name)
-    if spec is None or (not isinstance(op, str) and op is not kinds.table().get(name)
-                        and op is not specs.function(name)):
+    if spec is None or (not isinstance(op, str) and op is not kinds.table().get(name) and not specs.made_here(op)):
         shown = repr(op) if isinstance(op, str) else type(op).__name__
         raise TypeError(f"pyew.dask.map: {shown} is not a map op of the loaded library or of a spec file "
                         "pyew.load_spec loaded (pyew.ops() lists the library's; map_blocks runs any function "
@@ -215,14 +214,10 @@ def _formula_array(tree, leaves: list, dtype: np.dtype, what: str):
         pairs += [a, None] if _is_scalar(a) else [a, tuple(range(ndim - a.ndim, ndim))]
     names = tuple(n for n, _ in leaves)
     text = formula.text(tree)
-    loaded = specs.loaded_files()
-    used: dict = {}
-    for c in formula.calls(tree):
-        if c.op in loaded:
-            used.setdefault(loaded[c.op], set()).add(c.op)
-    files = tuple((path, tuple(sorted(ops))) for path, ops in sorted(used.items()))
-    out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype, files), tuple(range(ndim)), *pairs,
-                       dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, *arrays)}")
+    # the loaded ops' definitions: a worker process loads them, and another definition is another graph
+    defs = specs.definitions({c.op for c in formula.calls(tree)})
+    out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype, defs), tuple(range(ndim)), *pairs,
+                       dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, defs, *arrays)}")
     if len(_FORMULAS) > 4096:
         _FORMULAS.clear()
     _FORMULAS[out.name] = (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name))
@@ -233,10 +228,9 @@ def _is_scalar(a) -> bool:
     return isinstance(a, (bool, int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0)
 
 
-def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, files: tuple, *blocks):
-    for path, ops in files:      # a worker process loads the spec files whose ops the formula calls
-        if not specs.loaded_ops().keys() >= set(ops):
-            specs.load_spec(path)
+def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, defs: tuple, *blocks):
+    if defs:
+        specs.ensure(defs)      # a worker process loads the spec files whose ops the formula calls
     values = dict(zip(names, blocks))
     gpu = _gpu_block(blocks)
     shape = np.broadcast_shapes(*(np.shape(b) for b in blocks))

@@ -91,6 +91,8 @@ def unsupported_hint(dtype) -> str:
         return ""
     if not npd.isnative:
         return f"; it is byte-swapped: pass a.astype(a.dtype.newbyteorder('=')) for {npd.newbyteorder('=').name}"
+    if npd == np.uint64:
+        return "; convert it first: a.astype(np.int64) where its values are below 2**63, else np.float64 (rounded)"
     for to in ("int32", "int64", "float32", "float64"):     # the narrowest that holds every value
         if npd.kind in "biuf" and np.can_cast(npd, to, "safe"):
             return f"; convert it first: a.astype(np.{to})"

@@ -139,8 +139,17 @@ def _where(expr: str, node: ast.AST) -> str:
     col = getattr(node, "col_offset", None)
     if col is None:
         return ""
-    col = len(expr.encode()[:col].decode(errors="ignore"))      # ast counts UTF-8 bytes
-    return f"\n    {expr}\n    {' ' * col}^"
+    line = expr.split("\n")[node.lineno - 1]
+    col = len(line.encode()[:col].decode(errors="ignore"))      # ast counts UTF-8 bytes from the line's start
+    return f"\n    {line}\n    {' ' * col}^"
+
+
+def _span(expr: str, node: ast.AST) -> tuple[int, int]:
+    """node's start and end as byte offsets into expr's UTF-8 (ast gives them per line)."""
+    starts = [0]
+    for ln in expr.encode().split(b"\n")[:-1]:
+        starts.append(starts[-1] + len(ln) + 1)
+    return starts[node.lineno - 1] + node.col_offset, starts[node.end_lineno - 1] + node.end_col_offset
 
 
 def parse(expr: str, callables) -> Node:
@@ -249,20 +258,22 @@ class _Parser:
         numpy raises on it and numexpr refuses it, so a chain with an unbracketed & | ^ operand is
         refused, naming what was meant."""
         raw = self.expr.encode()
+
+        def seg(n):                 # n's text, on one line
+            a, b = _span(self.expr, n)
+            return " ".join(raw[a:b].decode().split())
         for i, part in enumerate([node.left, *node.comparators]):
             if not (isinstance(part, ast.BinOp) and isinstance(part.op, (ast.BitAnd, ast.BitOr, ast.BitXor))):
                 continue
-            before, after = raw[:part.col_offset].rstrip(), raw[part.end_col_offset:].lstrip()
-            if before.endswith(b"(") and after.startswith(b")"):
+            a, b = _span(self.expr, part)
+            if raw[:a].rstrip().endswith(b"(") and raw[b:].lstrip().startswith(b")"):
                 continue            # x > (0 & y) > 0, written so
-            seg = lambda n: raw[n.col_offset:n.end_col_offset].decode()     # noqa: E731
-            sym = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}[type(part.op)]
+            sym = _SYMBOLS[2][BINARY[type(part.op)]]
             hint = ""
             if len(node.ops) == 2 and i == 1:
-                ops = [raw[a.end_col_offset:b.col_offset].decode().strip() for a, b in
-                       ((node.left, part), (part, node.comparators[1]))]
-                hint = (f"; for the {sym} of two comparisons write ({seg(node.left)} {ops[0]} {seg(part.left)}) {sym} "
-                        f"({seg(part.right)} {ops[1]} {seg(node.comparators[1])})")
+                first, second = (_SYMBOLS[2][COMPARE[type(o)]] for o in node.ops)
+                hint = (f"; for the {sym} of two comparisons write ({seg(node.left)} {first} {seg(part.left)}) {sym} "
+                        f"({seg(part.right)} {second} {seg(node.comparators[1])})")
             raise FormulaError(f"this parses as a chain of comparisons over {seg(part)} ({sym} binds tighter than a "
                                f"comparison){hint}{_where(self.expr, part)}")
 

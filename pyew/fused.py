@@ -143,6 +143,7 @@ class Program:
         self.tree = tree
         self.text = text
         self.lib = library.get()
+        self.vocab = vocabulary()       # the ops as loaded now: a later definition makes another Program
         self.arrays = [a for a in args if a.array]
         self.scalars = [a for a in args if not a.array]
         if not self.arrays:
@@ -311,8 +312,7 @@ class Program:
             rewritten = self._power(n, base_info) if base_info is not None else None
             if rewritten is not None:
                 return self._node(rewritten, root)
-        vocab = vocabulary()
-        op = vocab.get(n.op)
+        op = self.vocab.get(n.op)
         if op is None:
             raise FormulaError(f"formula {self.text!r} uses {n.op!r}, which the loaded library has no op for; add it "
                                "to a spec and rebuild")
@@ -406,7 +406,7 @@ class Program:
                     float(v)
                 except OverflowError:       # numpy's error for float32 * 10**400
                     raise OverflowError(f"{self.text}: {self.scalars[i].name} is an int too large for a float "
-                                        f"({len(str(abs(v)))} digits)") from None
+                                        f"({v.bit_length()} bits)") from None
                 continue
             if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
                 raise OverflowError(f"{self.text}: {self.scalars[i].name} = {v} does not fit in 64 bits")
@@ -536,7 +536,8 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     # pyew's arrays and numbers on the only GPU need no import (plan_args checks each array's GPU)
-    key = call.plan_key(tree, vals) if rt.only_one_gpu() else None
+    # the plans of a formula are kept per version of the loaded ops (load_spec may redefine one)
+    key = _plan_key(tree, vals) if rt.only_one_gpu() else None
     dev = vals if key is not None else call.plan_args(vals, s, text, names)
     plan = None
     if dev is not None:
@@ -545,7 +546,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
             imported = interop.import_device(out, s, text, "out")
             out = out if imported is None else imported
         if key is None:
-            key = call.plan_key(tree, dev)
+            key = _plan_key(tree, dev)
         plan = call.find_plan(key, tree)
         if plan is not None:
             res = call.replay(plan, dev, out, s)
@@ -579,6 +580,11 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         prog.launch(ins, outs[0], shapes[0], st, blob)
 
     return call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
+
+
+def _plan_key(tree, vals):
+    key = call.plan_key(tree, vals)
+    return None if key is None else (key, specs.version())
 
 
 def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
@@ -721,17 +727,19 @@ class Fused:
         bound.apply_defaults()
         leaves = _leaves(self.signature, bound.arguments) if self.varargs else bound.arguments
         while True:
-            static = {k for k in self.static if python_number(leaves.get(k))} if self.static else self.static
-            key = tuple((k, ("value", type(v), v) if k in static else _kind_of(k, v)) for k, v in leaves.items())
+            static = {k for k in self.static if _number(leaves.get(k))} if self.static else self.static
+            key = tuple((k, _value_key(v) if k in static else _kind_of(k, v)) for k, v in leaves.items())
             traced = self.trees.get(key)
             if traced is not None:
                 break
+            if len(self.trees) >= _TREES_MAX:
+                self.trees.clear()
             proxies = {k: v if k in static or not _operand(v) else formula.Traced(Var(k)) for k, v in leaves.items()}
             try:
                 r = self.fn(*_rebuilt(self.signature, bound.arguments, proxies, positional=True),
                             **_rebuilt(self.signature, bound.arguments, proxies, positional=False))
             except formula.NeedsValue as e:
-                arrays = [n for n in e.names if not python_number(leaves.get(n))]
+                arrays = [n for n in e.names if not _number(leaves.get(n))]
                 if not arrays and not static >= set(e.names):
                     self.static = self.static | set(e.names)     # traced again, by their values
                     continue
@@ -779,6 +787,23 @@ def _rebuilt(sig: inspect.Signature, arguments, leaves: dict, positional: bool):
     return args if positional else kw
 
 
+_TREES_MAX = 1024       # traces kept per fused function (a param swept over many values)
+
+
+def _number(v) -> bool:
+    """A Python or numpy number: what an op's param may be traced by the value of."""
+    return python_number(v) or isinstance(v, (np.number, np.bool_))
+
+
+def _value_key(v):
+    """A number's trace key by its value: floats by their bits (-0.0 is not 0.0, NaN is NaN)."""
+    if isinstance(v, float):
+        return ("value", type(v), v.hex())
+    if isinstance(v, np.generic):
+        return ("value", type(v), v.tobytes())
+    return ("value", type(v), v)
+
+
 def _operand(v) -> bool:
     """An argument pyew.fuse traces as an operand: an array (with a dtype; a list or tuple as numpy
     reads it) or a number. Anything else (a string, None, True or False) is passed to the function
@@ -797,8 +822,9 @@ def _kind_of(name: str, v):
         hash(v)
     except TypeError:
         raise TypeError(f"pyew.fuse: argument {name!r} is a {type(v).__name__}, neither an array nor a number; "
-                        "such arguments select what is traced and must be hashable") from None
-    return ("value", type(v), v)
+                        "such arguments select what is traced, by their value, and must be hashable (for a "
+                        "method, a class with __hash__: a frozen dataclass, or eq=False)") from None
+    return _value_key(v)
 
 
 def fuse(fn=None):

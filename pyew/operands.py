@@ -190,7 +190,8 @@ def scalar_value(o: Operand, info: dt.DType, op: str):
         iv = int(v)
         lim = np.iinfo(info.np)
         if not lim.min <= iv <= lim.max:
-            raise OverflowError(f"{op}: input {o.name!r} = {iv} is out of bounds for {info.name} "
+            shown = iv if abs(iv) < 1 << 128 else f"an int of {iv.bit_length()} bits"
+            raise OverflowError(f"{op}: input {o.name!r} = {shown} is out of bounds for {info.name} "
                                 f"[{lim.min}, {lim.max}]")
         return info.np.type(iv)
     with np.errstate(over="ignore"):

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 from . import call, jit, library
@@ -29,10 +31,14 @@ from .errors import CompileError, SpecError
 from .formula import ALIASES, Call, Var, trace_if_traced
 
 _lock = threading.Lock()
+_load_count = itertools.count()
 _ops: dict[str, tuple[library.Op, str, str]] = {}     # name -> (op, its definition's digest, spec file)
 _functions: dict[str, object] = {}                     # name -> its Python function, one per op
 _dirs: dict[str, dict[str, str]] = {}                  # folder -> its headers (op name -> text)
 _files: dict[str, str] = {}                            # name -> the spec file's absolute path
+_loads: dict[str, int] = {}                            # name -> when its definition was loaded (a count)
+_calls: dict[str, tuple] = {}                          # name -> the ops its expression calls
+_made: weakref.WeakSet = weakref.WeakSet()              # every function load_spec made, of any definition
 _version = 0
 
 
@@ -46,10 +52,43 @@ def loaded_ops() -> dict[str, library.Op]:
     return {name: v[0] for name, v in _ops.items()}
 
 
-def loaded_files() -> dict[str, str]:
-    """The absolute path of the spec file each loaded op came from, by name (pyew.dask's worker
-    processes load them again)."""
-    return dict(_files)
+def definitions(names) -> tuple:
+    """What another process must load to have the definitions these ops (loaded ones among
+    `names`, and the loaded ops they call) have here: ((spec file, ((name, digest), ...)), ...) in
+    the order they were loaded here (ensure() loads them)."""
+    with _lock:
+        todo, seen = [n for n in names if n in _ops], set()
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += [c for c in _calls[n] if c in _ops]
+        groups: list = []
+        for n in sorted(seen, key=_loads.__getitem__):
+            if groups and groups[-1][0] == _files[n]:
+                groups[-1][1].append((n, _ops[n][1]))
+            else:
+                groups.append((_files[n], [(n, _ops[n][1])]))
+        return tuple((path, tuple(pairs)) for path, pairs in groups)
+
+
+def ensure(defs: tuple) -> None:
+    """Load what definitions() named where this process has other definitions or none (pyew.dask's
+    workers); SpecError if a file no longer holds what was loaded from it."""
+    for path, pairs in defs:
+        if any(_ops.get(n, (None, None))[1] != d for n, d in pairs):
+            load_spec(path)
+            changed = [n for n, d in pairs if _ops.get(n, (None, None))[1] != d]
+            if changed:
+                raise SpecError(f"{path} no longer defines {', '.join(changed)} as the process that built this "
+                                "dask graph loaded it (the file changed since): load it there again, and build "
+                                "the graph again")
+
+
+def made_here(fn) -> bool:
+    """Whether fn is a function pyew.load_spec returned (of its op's current definition or an
+    earlier one: those call the current one)."""
+    return fn in _made
 
 
 def function(name: str):
@@ -172,6 +211,7 @@ def load_spec(path) -> SpecOps:
                                   "another file pyew.load_spec loaded; an op may call the library's ops and the ops "
                                   "of its own file: put them in one file")
     headers = {op.name: render.fn_header(op, spec) for op in mine}
+    calls = {op.name: tuple(op.calls) for op in mine}
     entries = {op.name: render.op_entry(op, spec) for op in mine}
     digest = hashlib.sha256("\0".join(f"{n}\0{h}" for n, h in sorted(headers.items())).encode()).hexdigest()
     # an op's definition without the file it came from: the same op from a copy of the file is the same
@@ -185,14 +225,14 @@ def load_spec(path) -> SpecOps:
             _dirs.pop(folder, None)
             _dirs[folder] = headers         # searched first
             for name in new:
-                if name in _ops:            # another definition: its function and the plans made are replaced
-                    _functions.pop(name, None)
-                    call.plans().clear()
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
                 _files[name] = str(user.resolve())
-            _version += 1
-    with _lock:
-        fns = {name: _functions.get(name) or _functions.setdefault(name, _function(_ops[name][0])) for name in headers}
+                _loads[name] = next(_load_count)
+                _calls[name] = calls[name]
+                _functions[name] = fn = _function(_ops[name][0])       # an earlier one calls this one
+                _made.add(fn)
+            _version += 1                   # formulas' programs and plans are kept per version
+        fns = {name: _functions[name] for name in headers}
     return SpecOps(shown, fns)
 
 
@@ -256,7 +296,7 @@ def _function(op: library.Op):
     def fn(*args, out=None, stream=None, **params):
         if _ops[op.name][0] is not op:      # loaded again with another definition: that one
             return _functions[op.name](*args, out=out, stream=stream, **params)
-        traced = trace_if_traced(op.name, args, params)      # inside pyew.fuse: build the formula instead
+        traced = trace_if_traced(op.name, args, {**params, "out": out})     # inside pyew.fuse: the formula
         if traced is not None:
             return traced
         if len(args) != len(inputs):

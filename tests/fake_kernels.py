@@ -96,7 +96,6 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
     import struct
 
     from pyew import dtypes as dt
-    from pyew import fused
     from pyew.formula import Const, Var
     n = int(np.prod(out_shape))
     if n == 0:
@@ -112,7 +111,7 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
     scalars = struct.unpack(prog.fmt, blob.raw[:struct.calcsize(prog.fmt)]) if prog.scalars else ()
     env = {a.name: v for a, v in zip(prog.arrays, arrays)}
     env.update({a.name: (a.pytype(v) if a.info is None else v) for a, v in zip(prog.scalars, scalars)})
-    vocab = fused.vocabulary()
+    vocab = prog.vocab              # the ops the program was typed with: a stale program shows
 
     def ev(node):
         if isinstance(node, Const):

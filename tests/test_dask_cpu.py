@@ -3,6 +3,8 @@ whole computations over numpy chunks through the real call layer on the CPU stan
 (tests/fake_cuda.py, fake_kernels.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -227,12 +229,49 @@ def test_a_loaded_spec_op_alone_computes_and_its_file_travels_with_the_task(ed, 
     task = dict(y.dask)[(y.name, 0)]
     fn = task[0] if isinstance(task, tuple) else task.func
     path = str((ROOT / "examples" / "my_ops.toml").resolve())
-    assert (path, ("softplus",)) in fn.args[4]
-    loads = []
-    monkeypatch.setattr(specs, "loaded_ops", lambda: {})            # as in a fresh worker process
-    monkeypatch.setattr(specs, "load_spec", lambda p: loads.append(p))
+    ((shipped, pairs),) = fn.args[4]
+    assert shipped == path and [n for n, _ in pairs] == ["softplus"]
+    loads, fresh = [], {}
+    monkeypatch.setattr(specs, "_ops", fresh)           # as in a fresh worker process
+    monkeypatch.setattr(specs, "load_spec", lambda p: (loads.append(p), fresh.update({n: (None, d) for n, d in pairs})))
     ed._apply_formula(*fn.args, a[:20])
     assert loads == [path]
+    ed._apply_formula(*fn.args, a[:20])                 # loaded now: not again
+    assert loads == [path]
+    fresh.clear()
+    monkeypatch.setattr(specs, "load_spec", lambda p: loads.append(p))     # the file changed since
+    with pytest.raises(pyew.SpecError, match="no longer defines softplus as the process that built this dask graph"):
+        ed._apply_formula(*fn.args, a[:20])
+
+
+def test_a_changed_definition_is_another_graph_and_travels(ed, fakes, tmp_path):
+    """After load_spec takes another definition, pyew.dask builds another graph (its key names the
+    definition), takes the functions returned before, and ships the files in the order they were
+    loaded, so a worker ends with the definitions the client has (an op calling one redefined by
+    another file included)."""
+    pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
+    from pyew import jit, specs
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    inner, outer = f"inner_{id(tmp_path) % 99991}", f"outer_{id(tmp_path) % 99991}"
+    first = tmp_path / "first.toml"
+    first.write_text(f'[[op]]\nname = "{inner}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x * C(2)"\n'
+                     f'ref = "x * 2"\ndoc = "d."\n\n[[op]]\nname = "{outer}"\ninputs = ["x"]\n'
+                     f'dtypes = ["float32"]\nexpr = "{inner}(x) + C(1)"\nref = "x * 2 + 1"\ndoc = "d."\n')
+    old = getattr(pyew.load_spec(first), outer)
+    x = da.from_array(np.arange(4, dtype=np.float32), chunks=2)
+    before = ed.map(old, x)
+    second = tmp_path / "second.toml"
+    second.write_text(f'[[op]]\nname = "{inner}"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "x * C(3)"\n'
+                      f'ref = "x * 3"\ndoc = "d."\n')
+    pyew.load_spec(second)
+    after = ed.map(old, x)                  # the function returned before: it calls the current definition
+    assert after.name != before.name
+    task = dict(after.dask)[(after.name, 0)]
+    fn = task[0] if isinstance(task, tuple) else task.func
+    assert [(Path(p).name, [n for n, _ in pairs]) for p, pairs in fn.args[4]] == [
+        ("first.toml", [outer]), ("second.toml", [inner])]
+    assert dict(fn.args[4][1][1])[inner] == specs.definitions([inner])[0][1][0][1]
 
 
 def test_fusing_stops_where_a_kernel_would_take_too_many_arrays(ed, fakes, rng):

@@ -1,6 +1,7 @@
 """Fused formulas without a GPU: typing (numpy's promotion over the formula), the rendered source,
 the errors raised before anything compiles, NVRTC compiles of the kernels (NVRTC needs no GPU)
 and the kernel cache (memory and disk, corrupt entries, unusable folders, concurrent writers)."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -552,7 +553,7 @@ def test_powers_take_any_exponent(vocab, fakes):
     np.testing.assert_allclose(pyew.evaluate("x * n", dict(x=d, n=2 ** 64)).get(), a * np.float32(2 ** 64))
     np.testing.assert_allclose(pyew.evaluate("i * 0.5 + n", dict(i=i, n=2 ** 70)).get(),
                                np.arange(1, 5) * 0.5 + 2 ** 70)
-    with pytest.raises(OverflowError, match="n is an int too large for a float \\(401 digits\\)"):
+    with pytest.raises(OverflowError, match="n is an int too large for a float \\(1329 bits\\)"):
         pyew.evaluate("x * n", dict(x=d, n=10 ** 400))
     with pytest.raises(OverflowError, match="does not fit in 64 bits"):
         pyew.evaluate("i + n", dict(i=i, n=2 ** 64))
@@ -604,3 +605,26 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
     buf = pyew.asarray(np.zeros(4, np.float32))
     with pytest.raises(TypeError, match="exp\\(..., out=\\) inside a fused function"):
         writes(d, buf)
+
+    # traced by value: a numpy scalar too; floats by their bits (-0.0 is not 0.0; NaN is one trace)
+    np.testing.assert_array_equal(act(d, np.float32(0.25)).get(), pyew.mul(pyew.elu(d, alpha=0.25), 2).get())
+    before = len(act.trees)
+    for alpha in (0.0, -0.0, float("nan"), float("nan")):
+        act(d, alpha)
+    assert len(act.trees) == before + 3
+
+    @dataclasses.dataclass
+    class Unhashable:
+        k: float = 2.0
+
+        @pyew.fuse
+        def times(self, x):
+            return x * self.k
+    with pytest.raises(TypeError, match="must be hashable \\(for a method, a class with __hash__"):
+        Unhashable().times(d)
+
+
+def test_chains_written_over_lines_are_read_by_their_own_brackets(vocab):
+    assert fused.parse("(x +\n y > (0 & y) > 0)")[1] == ["x", "y"]
+    with pytest.raises(pyew.FormulaError, match=r"write \(x > 0\) & \(y > 0\)\n    \(x > 0 &\n"):
+        fused.parse("(x > 0 &\n y > 0)")
