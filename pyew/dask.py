@@ -182,8 +182,10 @@ def _inline(a, leaves: list):
     new variable for anything else."""
     hit = _FORMULAS.get(getattr(a, "name", None)) if isinstance(a, da.Array) else None
     if hit is not None:
-        tree, sub, count, layer = hit
-        if count < MAX_FUSED_CALLS and a.dask.layers.get(a.name) is layer:
+        tree, sub, count, layer, defs = hit
+        # (a loaded op redefined since: the array keeps its own graph, computed with the definition it had)
+        if count < MAX_FUSED_CALLS and a.dask.layers.get(a.name) is layer and \
+                (not defs or specs.definitions({c.op for c in formula.calls(tree)}) == defs):
             mapping = {}
             for name, v in sub:
                 mapping[name] = _leaf(v, leaves)
@@ -216,11 +218,12 @@ def _formula_array(tree, leaves: list, dtype: np.dtype, what: str):
     text = formula.text(tree)
     # the loaded ops' definitions: a worker process loads them, and another definition is another graph
     defs = specs.definitions({c.op for c in formula.calls(tree)})
+    which = sorted(pair for _, group in defs for pair in group)       # the name: what, not where from
     out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype, defs), tuple(range(ndim)), *pairs,
-                       dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, defs, *arrays)}")
+                       dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, which, *arrays)}")
     if len(_FORMULAS) > 4096:
         _FORMULAS.clear()
-    _FORMULAS[out.name] = (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name))
+    _FORMULAS[out.name] = (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name), defs)
     return out
 
 
@@ -229,8 +232,13 @@ def _is_scalar(a) -> bool:
 
 
 def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, defs: tuple, *blocks):
-    if defs:
-        specs.ensure(defs)      # a worker process loads the spec files whose ops the formula calls
+    if not defs:
+        return _run_formula(tree, names, text, dtype, blocks)
+    with specs.using(defs):     # a worker process loads the spec files whose ops the formula calls
+        return _run_formula(tree, names, text, dtype, blocks)
+
+
+def _run_formula(tree, names: tuple, text: str, dtype: np.dtype, blocks):
     values = dict(zip(names, blocks))
     gpu = _gpu_block(blocks)
     shape = np.broadcast_shapes(*(np.shape(b) for b in blocks))

@@ -157,6 +157,7 @@ def parse(expr: str, callables) -> Node:
     names of the loaded library); a call of anything else is refused, naming the close ones."""
     if not isinstance(expr, str):
         raise TypeError(f"a formula is a string, not {type(expr).__name__}")
+    expr = expr.replace("\r\n", "\n").replace("\r", "\n")       # line ends as Python's parser reads them
     try:
         tree = ast.parse(expr.strip(), mode="eval")
         return _Parser(expr.strip(), frozenset(callables)).visit(tree.body)

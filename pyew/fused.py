@@ -409,7 +409,9 @@ class Program:
                                         f"({v.bit_length()} bits)") from None
                 continue
             if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
-                raise OverflowError(f"{self.text}: {self.scalars[i].name} = {v} does not fit in 64 bits")
+                raise OverflowError(f"{self.text}: {self.scalars[i].name} = "
+                                    f"{v if abs(v) < 1 << 128 else f'an int of {v.bit_length()} bits'} "
+                                    "does not fit in 64 bits")
             if want.kind == "int":
                 scalar_value(Operand(self.scalars[i].name, SCALAR, v, None, ()), want, op)
         for i in self.int_exponents:

@@ -16,6 +16,7 @@ belongs in an input instead.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import itertools
 import json
@@ -39,6 +40,13 @@ _files: dict[str, str] = {}                            # name -> the spec file's
 _loads: dict[str, int] = {}                            # name -> when its definition was loaded (a count)
 _calls: dict[str, tuple] = {}                          # name -> the ops its expression calls
 _made: weakref.WeakSet = weakref.WeakSet()              # every function load_spec made, of any definition
+_earlier: dict[str, set] = {}                          # name -> digests of definitions replaced here
+# load_spec's installing and the pyew.dask tasks running on the definitions they checked (using())
+# exclude each other; a waiting install goes before tasks that have not started
+_use = threading.Condition()
+_running = 0
+_installing = False
+_waiting = 0
 _version = 0
 
 
@@ -72,17 +80,43 @@ def definitions(names) -> tuple:
         return tuple((path, tuple(pairs)) for path, pairs in groups)
 
 
-def ensure(defs: tuple) -> None:
-    """Load what definitions() named where this process has other definitions or none (pyew.dask's
-    workers); SpecError if a file no longer holds what was loaded from it."""
+@contextlib.contextmanager
+def using(defs: tuple):
+    """Run a block (a pyew.dask task) with the definitions `defs` (from definitions()) bound to
+    their names: loaded first where this process has other definitions it never had, or none (a
+    worker process); SpecError where this process has replaced one since (the graph was built with
+    it: build it again). No load_spec installs anything while such blocks run."""
+    global _running
+    while True:
+        with _use:
+            while _installing or _waiting:
+                _use.wait()
+            stale = [(n, d) for _, pairs in defs for n, d in pairs if _ops.get(n, (None, None))[1] != d]
+            if not stale:
+                _running += 1
+                break
+            earlier = [n for n, d in stale if d in _earlier.get(n, ())]
+        if earlier:
+            raise SpecError(f"this graph was built with an earlier definition of {', '.join(earlier)}, which "
+                            "pyew.load_spec has replaced since: build the graph again")
+        _load(defs)
+    try:
+        yield
+    finally:
+        with _use:
+            _running -= 1
+            _use.notify_all()
+
+
+def _load(defs: tuple) -> None:
     for path, pairs in defs:
         if any(_ops.get(n, (None, None))[1] != d for n, d in pairs):
             load_spec(path)
-            changed = [n for n, d in pairs if _ops.get(n, (None, None))[1] != d]
-            if changed:
-                raise SpecError(f"{path} no longer defines {', '.join(changed)} as the process that built this "
-                                "dask graph loaded it (the file changed since): load it there again, and build "
-                                "the graph again")
+    changed = sorted({n for _, pairs in defs for n, d in pairs if _ops.get(n, (None, None))[1] != d})
+    if changed:
+        files = ", ".join(sorted({path for path, _ in defs}))
+        raise SpecError(f"{files} no longer define {', '.join(changed)} as the process that built this dask graph "
+                        "loaded them (a file changed since): load them there again, and build the graph again")
 
 
 def made_here(fn) -> bool:
@@ -217,6 +251,31 @@ def load_spec(path) -> SpecOps:
     # an op's definition without the file it came from: the same op from a copy of the file is the same
     defs = {n: hashlib.sha256((_without_source(headers[n]) + json.dumps(
         {k: v for k, v in entries[n].items() if k != "source"}, sort_keys=True)).encode()).hexdigest() for n in headers}
+    with _installs():
+        return _install(shown, user, digest, headers, entries, defs, calls)
+
+
+@contextlib.contextmanager
+def _installs():
+    """The writer's side of using(): wait for the running tasks, keep new ones waiting."""
+    global _installing, _waiting
+    with _use:
+        _waiting += 1
+        try:
+            while _installing or _running:
+                _use.wait()
+        finally:
+            _waiting -= 1
+        _installing = True
+    try:
+        yield
+    finally:
+        with _use:
+            _installing = False
+            _use.notify_all()
+
+
+def _install(shown: str, user: Path, digest: str, headers: dict, entries: dict, defs: dict, calls: dict) -> SpecOps:
     global _version
     with _lock:
         new = [n for n, d in defs.items() if n not in _ops or _ops[n][1] != d]
@@ -225,6 +284,9 @@ def load_spec(path) -> SpecOps:
             _dirs.pop(folder, None)
             _dirs[folder] = headers         # searched first
             for name in new:
+                if name in _ops:
+                    _earlier.setdefault(name, set()).add(_ops[name][1])
+                _earlier.get(name, set()).discard(defs[name])      # loaded again: current, not earlier
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
                 _files[name] = str(user.resolve())
                 _loads[name] = next(_load_count)

@@ -3,6 +3,9 @@ whole computations over numpy chunks through the real call layer on the CPU stan
 (tests/fake_cuda.py, fake_kernels.py)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -233,6 +236,7 @@ def test_a_loaded_spec_op_alone_computes_and_its_file_travels_with_the_task(ed, 
     assert shipped == path and [n for n, _ in pairs] == ["softplus"]
     loads, fresh = [], {}
     monkeypatch.setattr(specs, "_ops", fresh)           # as in a fresh worker process
+    monkeypatch.setattr(specs, "_earlier", {})
     monkeypatch.setattr(specs, "load_spec", lambda p: (loads.append(p), fresh.update({n: (None, d) for n, d in pairs})))
     ed._apply_formula(*fn.args, a[:20])
     assert loads == [path]
@@ -240,7 +244,7 @@ def test_a_loaded_spec_op_alone_computes_and_its_file_travels_with_the_task(ed, 
     assert loads == [path]
     fresh.clear()
     monkeypatch.setattr(specs, "load_spec", lambda p: loads.append(p))     # the file changed since
-    with pytest.raises(pyew.SpecError, match="no longer defines softplus as the process that built this dask graph"):
+    with pytest.raises(pyew.SpecError, match="no longer define softplus as the process that built this dask graph"):
         ed._apply_formula(*fn.args, a[:20])
 
 
@@ -250,7 +254,7 @@ def test_a_changed_definition_is_another_graph_and_travels(ed, fakes, tmp_path):
     loaded, so a worker ends with the definitions the client has (an op calling one redefined by
     another file included)."""
     pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
-    from pyew import jit, specs
+    from pyew import jit
     if jit.unavailable():
         pytest.skip(jit.unavailable())
     inner, outer = f"inner_{id(tmp_path) % 99991}", f"outer_{id(tmp_path) % 99991}"
@@ -271,7 +275,16 @@ def test_a_changed_definition_is_another_graph_and_travels(ed, fakes, tmp_path):
     fn = task[0] if isinstance(task, tuple) else task.func
     assert [(Path(p).name, [n for n, _ in pairs]) for p, pairs in fn.args[4]] == [
         ("first.toml", [outer]), ("second.toml", [inner])]
-    assert dict(fn.args[4][1][1])[inner] == specs.definitions([inner])[0][1][0][1]
+    with pytest.raises(pyew.SpecError, match=f"built with an earlier definition of {inner}, which pyew.load_spec has "
+                                             "replaced since: build the graph again"):
+        before.compute(scheduler="sync")
+    assert ed.add(before, 1).name != ed.add(after, 1).name
+    # a process that loaded nothing (a worker) ends with the definitions this one has
+    code = ("import ast, sys, pyew\nfrom pyew import specs\ndefs = ast.literal_eval(sys.argv[1])\n"
+            "with specs.using(defs):\n    print(specs.definitions([sys.argv[2]]) == defs)")
+    r = subprocess.run([sys.executable, "-c", code, repr(fn.args[4]), outer], cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.strip() == "True", r.stderr
 
 
 def test_fusing_stops_where_a_kernel_would_take_too_many_arrays(ed, fakes, rng):

@@ -609,7 +609,10 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
     # traced by value: a numpy scalar too; floats by their bits (-0.0 is not 0.0; NaN is one trace)
     np.testing.assert_array_equal(act(d, np.float32(0.25)).get(), pyew.mul(pyew.elu(d, alpha=0.25), 2).get())
     before = len(act.trees)
-    for alpha in (0.0, -0.0, float("nan"), float("nan")):
+    for alpha in (0.0, -0.0):
+        act(d, alpha)
+    assert len(act.trees) == before + 2
+    for alpha in (float("nan"), float("nan")):
         act(d, alpha)
     assert len(act.trees) == before + 3
 
@@ -626,5 +629,6 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
 
 def test_chains_written_over_lines_are_read_by_their_own_brackets(vocab):
     assert fused.parse("(x +\n y > (0 & y) > 0)")[1] == ["x", "y"]
+    assert fused.parse("(x +\r y > (0 & y) > 0)")[1] == ["x", "y"]      # a lone carriage return ends a line
     with pytest.raises(pyew.FormulaError, match=r"write \(x > 0\) & \(y > 0\)\n    \(x > 0 &\n"):
         fused.parse("(x > 0 &\n y > 0)")
