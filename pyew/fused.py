@@ -480,6 +480,7 @@ def program(tree, args: tuple[Arg, ...], text: str) -> Program:
 # ---- running a formula ----------------------------------------------------------------------------
 
 _fallback_warned = False
+_plans = call.plans()
 
 
 def run(tree, values: dict, text: str, out=None, stream=None, names=None):
@@ -487,6 +488,19 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     names: the tree's variables, where the caller has them."""
     if names is None:
         names = formula.variables(tree)
+    if out is None and stream is None and rt.only_one_gpu():
+        # a call like one before on pyew's arrays and numbers: its plan, one frame from the lookup to
+        # the launch (numpy operands, another library's arrays and anything else: below)
+        vals = [values[n] for n in names]
+        key = _plan_key(tree, vals)
+        plan = _plans.get(key) if key is not None else None
+        if plan is not None and plan.target is tree and not plan.host:
+            try:
+                res = call.replay(plan, vals, None, rt.resolve_stream(None))
+            except jit.Unavailable:     # NVRTC gone since: nothing ran, and _run runs it op by op
+                res = None
+            if res is not None:
+                return res
     if type(out) is tuple and len(out) == 1:        # numpy's out=(o,)
         out = out[0]
     if (out is None or (type(out) is np.ndarray and not out.ndim)) and _zero_d_only(values[n] for n in names):
@@ -604,9 +618,24 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
         return packed_of([args[i] for i in numbers_at])
 
     n, launch_ptrs = math.prod(shape), prog.launch_ptrs
+    # what every launch of the plan passes, computed once; the kernel's slot is read per call
+    blob_at, lay_at = ctypes.addressof(blob), 0 if layout is None else ctypes.addressof(layout)
+    tuning, out_size, sizes_at, count, lib, slots_of = (prog.tuning, prog.out.itemsize, prog.in_sizes_at,
+                                                        len(array_at), prog.lib, prog.slots.get)
 
-    def launch(out_ptr, args, packed, s):
-        launch_ptrs([args[i].ptr for i in array_at], out_ptr, shape, s, blob if packed is None else packed, layout, n)
+    def launch(out_ptr, args, packed, s, _alive=(blob, layout)):     # libew reads them by address
+        ptrs = pyarray.array("Q", [args[i].ptr for i in array_at])
+        slots = slots_of(s.ordinal)
+        if slots is not None and n:
+            at = blob_at if packed is None else ctypes.addressof(packed)
+            rc = lib.jit_map(slots.table_at, tuning, at, n, out_ptr, ptrs.buffer_info()[0], count, out_size, sizes_at,
+                             lay_at, slots.overlap, slots.need_at, s.handle, *s.dims)
+            if rc != jit.MISSING:
+                if rc:
+                    lib.check(rc, f"formula {prog.text!r}")
+                return
+        # a kernel to compile first (or none to launch): the general launch
+        launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout, n)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)
 
 
