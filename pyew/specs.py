@@ -7,8 +7,9 @@ formula (pyew/jit.py), and run on the library's call path (pyew/fused.py, pyew/c
 
 The rendered headers live under the kernel cache folder, in a folder named by their digest (written
 again if the cache is cleared meanwhile); their text is part of each kernel's cache key. Loading
-another definition of a loaded name replaces it: its folder is searched first, the plans made
-are dropped and the formula vocabulary is rebuilt, so every caller of the name gets the new one.
+another definition of a loaded name replaces it: its folder is searched first, the formula
+vocabulary is rebuilt, and formulas' programs and plans are kept per version of the loaded ops,
+so every caller of the name gets the new one.
 Params are compiled into the kernel, as in formulas:
 each new value of a param compiles once (0.1-0.3 s), so a value that changes call after call
 belongs in an input instead.
@@ -63,7 +64,7 @@ def loaded_ops() -> dict[str, library.Op]:
 def definitions(names) -> tuple:
     """What another process must load to have the definitions these ops (loaded ones among
     `names`, and the loaded ops they call) have here: ((spec file, ((name, digest), ...)), ...) in
-    the order they were loaded here (ensure() loads them)."""
+    the order they were loaded here (using() loads them)."""
     with _lock:
         todo, seen = [n for n in names if n in _ops], set()
         while todo:
