@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import numbers
 import operator
+import tokenize
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +146,17 @@ def _where(expr: str, node: ast.AST) -> str:
     return f"\n    {line}\n    {' ' * col}^"
 
 
+def _without_comments(expr: str) -> bytes:
+    """expr's UTF-8 with comments and line continuations as spaces (byte offsets unchanged)."""
+    lines = expr.split("\n")
+    for tok in tokenize.generate_tokens(io.StringIO(expr).readline):
+        if tok.type == tokenize.COMMENT:
+            (row, col), (_, end) = tok.start, tok.end
+            line = lines[row - 1]
+            lines[row - 1] = line[:col] + " " * len(line[col:end].encode()) + line[end:]
+    return "\n".join(lines).encode().replace(b"\\\n", b"  ")
+
+
 def _span(expr: str, node: ast.AST) -> tuple[int, int]:
     """node's start and end as byte offsets into expr's UTF-8 (ast gives them per line)."""
     starts = [0]
@@ -258,16 +271,16 @@ class _Parser:
         """x > 0 & y > 0 is Python's chain x > (0 & y) > 0, as & binds tighter than a comparison;
         numpy raises on it and numexpr refuses it, so a chain with an unbracketed & | ^ operand is
         refused, naming what was meant."""
-        raw = self.expr.encode()
+        bare = _without_comments(self.expr)
 
         def seg(n):                 # n's text, on one line
             a, b = _span(self.expr, n)
-            return " ".join(raw[a:b].decode().split())
+            return " ".join(bare[a:b].decode().split())
         for i, part in enumerate([node.left, *node.comparators]):
             if not (isinstance(part, ast.BinOp) and isinstance(part.op, (ast.BitAnd, ast.BitOr, ast.BitXor))):
                 continue
             a, b = _span(self.expr, part)
-            if raw[:a].rstrip().endswith(b"(") and raw[b:].lstrip().startswith(b")"):
+            if bare[:a].rstrip().endswith(b"(") and bare[b:].lstrip().startswith(b")"):
                 continue            # x > (0 & y) > 0, written so
             sym = _SYMBOLS[2][BINARY[type(part.op)]]
             hint = ""

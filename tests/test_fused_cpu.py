@@ -630,5 +630,7 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
 def test_chains_written_over_lines_are_read_by_their_own_brackets(vocab):
     assert fused.parse("(x +\n y > (0 & y) > 0)")[1] == ["x", "y"]
     assert fused.parse("(x +\r y > (0 & y) > 0)")[1] == ["x", "y"]      # a lone carriage return ends a line
+    assert fused.parse("(x > (0 & y  # é\n) > 0)")[1] == ["x", "y"]      # a comment inside the brackets
+    assert fused.parse("(x > (0 & y \\\n) > 0)")[1] == ["x", "y"]        # a line continuation
     with pytest.raises(pyew.FormulaError, match=r"write \(x > 0\) & \(y > 0\)\n    \(x > 0 &\n"):
         fused.parse("(x > 0 &\n y > 0)")
