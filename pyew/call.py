@@ -335,7 +335,8 @@ def reuse_last(convert: Callable):
 
     def converted(values):
         seen = last[0]
-        if seen is not None and all(a is b for a, b in zip(values, seen[0])):
+        # (a 0-d numpy array is the same object after a += 1: only numbers, which cannot change, are reused)
+        if seen is not None and all(a is b and type(a) is not np.ndarray for a, b in zip(values, seen[0])):
             return seen[1]
         got = convert(values)
         last[0] = (tuple(values), got)

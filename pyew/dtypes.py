@@ -91,8 +91,10 @@ def unsupported_hint(dtype) -> str:
         return ""
     if not npd.isnative:
         native = npd.newbyteorder("=")
-        return (f"; it is byte-swapped: pass a.astype(a.dtype.newbyteorder('=')) for {native.name}"
-                + ("" if native.name in BY_NAME else unsupported_hint(native).replace("; convert it first", ", then")))
+        then = "" if native.name in BY_NAME else unsupported_hint(native).replace("; convert it first", ", then")
+        if native.name not in BY_NAME and not then:
+            return ""           # >c8: swapping its bytes would not help
+        return f"; it is byte-swapped: pass a.astype(a.dtype.newbyteorder('=')) for {native.name}{then}"
     if npd == np.uint64:
         return "; convert it first: a.astype(np.int64) where its values are below 2**63, else np.float64 (rounded)"
     for to in ("int32", "int64", "float32", "float64"):     # the narrowest that holds every value

@@ -48,6 +48,8 @@ _use = threading.Condition()
 _running = 0
 _installing = False
 _waiting = 0
+_here = threading.local()                              # depth: inside using() on this thread
+_LOAD_TRIES = 4
 _version = 0
 
 
@@ -88,7 +90,11 @@ def using(defs: tuple):
     worker process); SpecError where this process has replaced one since (the graph was built with
     it: build it again). No load_spec installs anything while such blocks run."""
     global _running
-    while True:
+    if getattr(_here, "depth", 0):          # inside a task already: its definitions must be these
+        _check_current(defs)
+        yield
+        return
+    for _ in range(_LOAD_TRIES):
         with _use:
             while _installing or _waiting:
                 _use.wait()
@@ -101,18 +107,31 @@ def using(defs: tuple):
             raise SpecError(f"this graph was built with an earlier definition of {', '.join(earlier)}, which "
                             "pyew.load_spec has replaced since: build the graph again")
         _load(defs)
+    else:
+        raise SpecError(f"the definitions of {', '.join(sorted(n for n, _ in stale))} kept changing while this task "
+                        "waited (graphs built with different definitions computed at once): compute them one "
+                        "after another")
+    _here.depth = 1
     try:
         yield
     finally:
+        _here.depth = 0
         with _use:
             _running -= 1
             _use.notify_all()
 
 
+def _check_current(defs: tuple) -> None:
+    stale = sorted(n for _, pairs in defs for n, d in pairs if _ops.get(n, (None, None))[1] != d)
+    if stale:
+        raise SpecError(f"a pyew.dask task inside another needs other definitions of {', '.join(stale)}: compute "
+                        "the graphs one after another")
+
+
 def _load(defs: tuple) -> None:
     for path, pairs in defs:
         if any(_ops.get(n, (None, None))[1] != d for n, d in pairs):
-            load_spec(path)
+            _load_file(path, by_task=True)
     changed = sorted({n for _, pairs in defs for n, d in pairs if _ops.get(n, (None, None))[1] != d})
     if changed:
         files = ", ".join(sorted({path for path, _ in defs}))
@@ -188,6 +207,12 @@ def load_spec(path) -> SpecOps:
     the name) takes the new one everywhere: its functions, old and new, and formulas. Raises
     SpecError for a file it cannot take (naming the file, the op and the field), CompileError
     when an op's C++ does not compile (at its first call), FileNotFoundError."""
+    return _load_file(path, by_task=False)
+
+
+def _load_file(path, by_task: bool) -> SpecOps:
+    """load_spec's work; `by_task`: a pyew.dask task loads the definitions its graph was built with
+    (what it replaces is not the user's earlier definition)."""
     try:                                  # an installed pyew ships it as pyew._generator
         from ._generator import render
         from ._generator import spec as gspec
@@ -253,13 +278,16 @@ def load_spec(path) -> SpecOps:
     defs = {n: hashlib.sha256((_without_source(headers[n]) + json.dumps(
         {k: v for k, v in entries[n].items() if k != "source"}, sort_keys=True)).encode()).hexdigest() for n in headers}
     with _installs():
-        return _install(shown, user, digest, headers, entries, defs, calls)
+        return _install(shown, user, digest, headers, entries, defs, calls, by_task)
 
 
 @contextlib.contextmanager
 def _installs():
     """The writer's side of using(): wait for the running tasks, keep new ones waiting."""
     global _installing, _waiting
+    if getattr(_here, "depth", 0):
+        raise SpecError("pyew.load_spec inside a pyew.dask task would wait for that task itself: load spec files "
+                        "before computing")
     with _use:
         _waiting += 1
         try:
@@ -276,20 +304,22 @@ def _installs():
             _use.notify_all()
 
 
-def _install(shown: str, user: Path, digest: str, headers: dict, entries: dict, defs: dict, calls: dict) -> SpecOps:
+def _install(shown: str, user: Path, digest: str, headers: dict, entries: dict, defs: dict, calls: dict,
+             by_task: bool) -> SpecOps:
     global _version
     with _lock:
         new = [n for n, d in defs.items() if n not in _ops or _ops[n][1] != d]
+        for name in defs:
+            _files[name] = str(user.resolve())      # where it is now (a moved file, loaded again)
         if new:
             folder = _folder(digest, headers)
             _dirs.pop(folder, None)
             _dirs[folder] = headers         # searched first
             for name in new:
-                if name in _ops:
+                if name in _ops and not by_task:
                     _earlier.setdefault(name, set()).add(_ops[name][1])
                 _earlier.get(name, set()).discard(defs[name])      # loaded again: current, not earlier
                 _ops[name] = (library.op_of(entries[name]), defs[name], shown)
-                _files[name] = str(user.resolve())
                 _loads[name] = next(_load_count)
                 _calls[name] = calls[name]
                 _functions[name] = fn = _function(_ops[name][0])       # an earlier one calls this one

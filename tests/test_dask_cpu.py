@@ -237,13 +237,14 @@ def test_a_loaded_spec_op_alone_computes_and_its_file_travels_with_the_task(ed, 
     loads, fresh = [], {}
     monkeypatch.setattr(specs, "_ops", fresh)           # as in a fresh worker process
     monkeypatch.setattr(specs, "_earlier", {})
-    monkeypatch.setattr(specs, "load_spec", lambda p: (loads.append(p), fresh.update({n: (None, d) for n, d in pairs})))
+    monkeypatch.setattr(specs, "_load_file", lambda p, by_task: (loads.append(p),
+                                                                 fresh.update({n: (None, d) for n, d in pairs})))
     ed._apply_formula(*fn.args, a[:20])
     assert loads == [path]
     ed._apply_formula(*fn.args, a[:20])                 # loaded now: not again
     assert loads == [path]
     fresh.clear()
-    monkeypatch.setattr(specs, "load_spec", lambda p: loads.append(p))     # the file changed since
+    monkeypatch.setattr(specs, "_load_file", lambda p, by_task: loads.append(p))     # the file changed since
     with pytest.raises(pyew.SpecError, match="no longer define softplus as the process that built this dask graph"):
         ed._apply_formula(*fn.args, a[:20])
 
@@ -254,7 +255,7 @@ def test_a_changed_definition_is_another_graph_and_travels(ed, fakes, tmp_path):
     loaded, so a worker ends with the definitions the client has (an op calling one redefined by
     another file included)."""
     pytest.importorskip("mako", reason="pyew.load_spec renders with mako")
-    from pyew import jit
+    from pyew import jit, specs
     if jit.unavailable():
         pytest.skip(jit.unavailable())
     inner, outer = f"inner_{id(tmp_path) % 99991}", f"outer_{id(tmp_path) % 99991}"
@@ -279,12 +280,27 @@ def test_a_changed_definition_is_another_graph_and_travels(ed, fakes, tmp_path):
                                              "replaced since: build the graph again"):
         before.compute(scheduler="sync")
     assert ed.add(before, 1).name != ed.add(after, 1).name
-    # a process that loaded nothing (a worker) ends with the definitions this one has
-    code = ("import ast, sys, pyew\nfrom pyew import specs\ndefs = ast.literal_eval(sys.argv[1])\n"
-            "with specs.using(defs):\n    print(specs.definitions([sys.argv[2]]) == defs)")
-    r = subprocess.run([sys.executable, "-c", code, repr(fn.args[4]), outer], cwd=ROOT, capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.stdout.strip() == "True", r.stderr
+    # a process that loaded nothing (a worker) ends with the definitions each task names, the graph's
+    # before the redefinition included: what a task replaces there is no user's earlier definition
+    old_task = dict(before.dask)[(before.name, 0)]
+    old_defs = (old_task[0] if isinstance(old_task, tuple) else old_task.func).args[4]
+    code = ("import ast, sys, pyew\nfrom pyew import specs\n"
+            "for defs in ast.literal_eval(sys.argv[1]):\n"
+            "    with specs.using(defs):\n"
+            "        pairs = lambda ds: sorted(p for _, group in ds for p in group)\n"
+            "        print(pairs(specs.definitions([sys.argv[2]])) == pairs(defs))")
+    r = subprocess.run([sys.executable, "-c", code, repr([fn.args[4], old_defs, fn.args[4]]), outer], cwd=ROOT,
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.split() == ["True"] * 3, r.stderr
+    # a file moved and loaded from its new place: that place travels
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "second.toml").write_text(second.read_text())
+    pyew.load_spec(moved / "second.toml")
+    assert [Path(p).parent.name for p, _ in specs.definitions([inner])] == ["moved"]
+    with specs.using(specs.definitions([inner])):       # inside a task: a load would wait for the task itself
+        with pytest.raises(pyew.SpecError, match="pyew.load_spec inside a pyew.dask task"):
+            pyew.load_spec(second)
 
 
 def test_fusing_stops_where_a_kernel_would_take_too_many_arrays(ed, fakes, rng):

@@ -634,3 +634,43 @@ def test_chains_written_over_lines_are_read_by_their_own_brackets(vocab):
     assert fused.parse("(x > (0 & y \\\n) > 0)")[1] == ["x", "y"]        # a line continuation
     with pytest.raises(pyew.FormulaError, match=r"write \(x > 0\) & \(y > 0\)\n    \(x > 0 &\n"):
         fused.parse("(x > 0 &\n y > 0)")
+
+
+_LAUNCH_PTRS = fused.Program.launch_ptrs        # the real one (the stand-ins replace it per test)
+
+
+def test_a_zero_d_numpy_operand_is_read_each_call(fakes):
+    """A 0-d numpy array is the same object after a += 1: each call reads its value again."""
+    d = pyew.asarray(np.arange(4, dtype=np.float32))
+    a = np.zeros((), np.float32)
+    for k in range(3):
+        np.testing.assert_array_equal(pyew.evaluate("x * a", {"x": d, "a": a}).get(), np.arange(4) * k)
+        a += 1
+
+
+def test_a_cached_formula_launches_from_its_plan_as_the_general_launch_does(fakes, monkeypatch):
+    """After a formula's first call, run() replays its plan and calls libew's ew_jit_map itself:
+    with the same arguments the general launch passes (the operands' pointers read back from the
+    array it passes), for a plain and a broadcast formula."""
+    import ctypes
+    monkeypatch.setattr(fused.Program, "launch_ptrs", _LAUNCH_PTRS)
+    monkeypatch.setattr(jit, "slots_for", lambda ordinal, count: jit.Slots(count, "sm_90", True))
+    lib = pyew.library.get()
+    calls = []
+
+    def jit_map(*args):
+        ptrs = list((ctypes.c_uint64 * args[6]).from_address(args[5]))
+        calls.append(args[:5] + (ptrs,) + args[6:])
+        return 0
+    monkeypatch.setattr(lib, "jit_map", jit_map)
+    general = []
+    monkeypatch.setattr(fused, "_run_fused", lambda *a, _f=fused._run_fused: (general.append(1), _f(*a))[1])
+    x = pyew.asarray(np.ones((3, 4), np.float32))
+    for b in (x, pyew.asarray(np.ones(4, np.float32))):
+        calls.clear()
+        general.clear()
+        out = [pyew.evaluate("x * 2 + b", {"x": x, "b": b}) for _ in range(3)]
+        assert len(general) == 1 and len(calls) == 3     # the first call classified; the others replayed
+        for c, o in zip(calls, out):
+            assert c[4] == o.ptr and c[5] == [x.ptr, b.ptr]
+            assert c[:4] + c[6:] == calls[0][:4] + calls[0][6:]
