@@ -427,6 +427,19 @@ class Program:
         self.launch_ptrs([i.ptr for i in ins], out_ptr, out_shape, stream, blob, lay)
         return lay
 
+    def map(self, slots: jit.Slots, blob_at: int, n: int, out_ptr: int, ptrs: pyarray.array, lay_at: int, stream,
+            need_at: int) -> bool:
+        """libew's ew_jit_map for one launch (ptrs: the arrays' pointers); False where a kernel it
+        needs is not compiled yet (described at need_at), an error raised as CudaError."""
+        rc = self.lib.jit_map(slots.table_at, self.tuning, blob_at, n, out_ptr, ptrs.buffer_info()[0], len(ptrs),
+                              self.out.itemsize, self.in_sizes_at, lay_at, slots.overlap, need_at, stream.handle,
+                              *stream.dims)
+        if rc == jit.MISSING:
+            return False
+        if rc:
+            self.lib.check(rc, f"formula {self.text!r}")
+        return True
+
     def launch_ptrs(self, in_ptrs, out_ptr: int, out_shape, stream, blob, lay, n: int | None = None) -> None:
         if n is None:
             n = math.prod(out_shape)
@@ -436,16 +449,11 @@ class Program:
         if slots is None:
             slots = self.slots.setdefault(stream.ordinal, jit.slots_for(stream.ordinal, self.lib.jit_slot_count))
         ptrs = pyarray.array("Q", in_ptrs)      # the pointers as one C array
-        ptrs_at = ptrs.buffer_info()[0]
         blob_at = ctypes.addressof(blob)
         lay_at = 0 if lay is None else ctypes.addressof(lay)
-        need, need_at, jit_map = None, slots.need_at, self.lib.jit_map
+        need, need_at = None, slots.need_at
         for _ in range(6):
-            rc = jit_map(slots.table_at, self.tuning, blob_at, n, out_ptr, ptrs_at, len(ptrs), self.out.itemsize,
-                         self.in_sizes_at, lay_at, slots.overlap, need_at, stream.handle, *stream.dims)
-            if rc != jit.MISSING:
-                if rc:
-                    self.lib.check(rc, f"formula {self.text!r}")
+            if self.map(slots, blob_at, n, out_ptr, ptrs, lay_at, stream, need_at):
                 return
             if need is None:
                 # Another thread missing a kernel of this formula writes the shared description
@@ -617,23 +625,16 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
 
-    n, launch_ptrs = math.prod(shape), prog.launch_ptrs
-    # what every launch of the plan passes, computed once; the kernel's slot is read per call
+    n, launch_ptrs, map_, slots_of = math.prod(shape), prog.launch_ptrs, prog.map, prog.slots.get
+    # the functor's and the layout's addresses, the same for every launch of the plan, taken once
     blob_at, lay_at = ctypes.addressof(blob), 0 if layout is None else ctypes.addressof(layout)
-    tuning, out_size, sizes_at, count, lib, slots_of = (prog.tuning, prog.out.itemsize, prog.in_sizes_at,
-                                                        len(array_at), prog.lib, prog.slots.get)
 
     def launch(out_ptr, args, packed, s, _alive=(blob, layout)):     # libew reads them by address
         ptrs = pyarray.array("Q", [args[i].ptr for i in array_at])
         slots = slots_of(s.ordinal)
-        if slots is not None and n:
-            at = blob_at if packed is None else ctypes.addressof(packed)
-            rc = lib.jit_map(slots.table_at, tuning, at, n, out_ptr, ptrs.buffer_info()[0], count, out_size, sizes_at,
-                             lay_at, slots.overlap, slots.need_at, s.handle, *s.dims)
-            if rc != jit.MISSING:
-                if rc:
-                    lib.check(rc, f"formula {prog.text!r}")
-                return
+        if slots is not None and n and map_(slots, blob_at if packed is None else ctypes.addressof(packed), n,
+                                            out_ptr, ptrs, lay_at, s, slots.need_at):
+            return
         # a kernel to compile first (or none to launch): the general launch
         launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout, n)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)

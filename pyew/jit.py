@@ -105,9 +105,10 @@ def include_dirs() -> list[str]:
     """libew's headers and the loaded library's op device functions: the checkout's libew/ and
     build/gen/, or the copies a wheel ships in pyew/_lib/include; then the folders of the ops
     pyew.load_spec rendered."""
-    lib = library.get().path.parent
+    loaded = library.get()
+    lib = loaded.path.parent
     bundled = Path(__file__).resolve().parent / "_lib" / "include"
-    checkout = library.get().checkout / "libew"
+    checkout = loaded.checkout / "libew"
     if (lib / "gen" / "fn").is_dir() and (checkout / "elementwise.cuh").exists():
         return [str(checkout), str(lib / "gen"), *specs.include_dirs()]
     if (bundled / "elementwise.cuh").exists():
