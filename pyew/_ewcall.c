@@ -343,8 +343,595 @@ static PyObject* dlpack_view(PyObject* module, PyObject* const* args, Py_ssize_t
   return out;
 }
 
+/* ---- plans replayed in C -----------------------------------------------------------------------
+
+   A planned call (pyew/call.py's Plan) of the common kinds is replayed here, from the arguments to
+   the launch, one C call instead of the Python frames of the key, the lookup, the replay and the
+   launch. The plan is the same object the Python replay runs (its key is built the same way, so
+   either finds a plan the other made); a plan carries `native`, made once by native(), which says
+   where each argument of its entry comes from. Anything this code does not handle (keywords, an
+   operand it cannot read here, a plan without `native`, a foreign array that needs a stream wait)
+   makes it return None before anything is allocated or queued, and the Python path runs the call. */
+
+#define EWCALL_NATIVE "pyew._ewcall.native"
+#define EWCALL_REPLAYER "pyew._ewcall.replayer"
+
+/* where a slot of the entry's arguments comes from */
+enum { SRC_OUT = 'o', SRC_ARG = 'a', SRC_NUM = 'n', SRC_CONST = 'c', SRC_STREAM = 's', SRC_DIM = 'd' };
+
+/* One way of calling the entry: each argument's source, index, byte offset and constant. */
+typedef struct {
+  char src[EWCALL_MAX_ARGS];
+  int idx[EWCALL_MAX_ARGS];
+  int64_t off[EWCALL_MAX_ARGS]; /* bytes added to an address */
+  ew_arg value[EWCALL_MAX_ARGS];
+} native_form;
+
+#define EWCALL_MAX_PARTS 2
+
+typedef struct {
+  PyObject* entry; /* the bound entry: a builtin whose self is the capsule of `b` */
+  const bound* b;
+  PyObject* shape; /* the result's shape, dtype row and element count, as DeviceArray.new takes them */
+  PyObject* info;
+  PyObject* size;
+  int64_t n;
+  int numbers; /* whether a slot takes a number (the plan's numbers() gives their addresses) */
+  int nparts;  /* launches that replace `whole` where every address in `aligned` is a multiple of 16 */
+  uint32_t aligned;
+  native_form whole, part[EWCALL_MAX_PARTS];
+} native_plan;
+
+static void free_native(PyObject* capsule) {
+  native_plan* p = (native_plan*)PyCapsule_GetPointer(capsule, EWCALL_NATIVE);
+  if (p == NULL) return;
+  Py_XDECREF(p->entry);
+  Py_XDECREF(p->shape);
+  Py_XDECREF(p->info);
+  Py_XDECREF(p->size);
+  free(p);
+}
+
+PyDoc_STRVAR(native_doc,
+"native(entry, slots, shape, info, size, parts=(), aligned=()) -> capsule\n\n"
+"How a plan's entry is called in C: entry is a function bind() made; slots gives each of its\n"
+"arguments as (source, value) or (source, value, byte_offset): ('o', 0) the result's address,\n"
+"('a', i) the address of array argument i, ('n', j) the plan's j-th number, ('c', v) the\n"
+"constant v (converted by the argument's kind), ('s', 0) the stream's handle, ('d', k) the\n"
+"stream's k-th launch dimension. shape, info and size are the result's, as DeviceArray.new takes\n"
+"them. parts: other slot lists, launched in turn instead of slots where every address at the\n"
+"slot indices `aligned` is a multiple of 16 (a call split into whole 16-byte packs and the rest).\n"
+"TypeError for an entry bind() did not make; ValueError for slots that do not fit its arguments.");
+
+/* Reads one slot list into f; -1 with an exception where it does not fit the entry. */
+static int read_form(const bound* b, PyObject* given, native_form* f, int* numbers) {
+  PyObject* slots = PySequence_Tuple(given);
+  if (slots == NULL) return -1;
+  const Py_ssize_t ns = PyTuple_Size(slots);
+  if (ns != b->nargs) {
+    PyErr_Format(PyExc_ValueError, "native: %s takes %d arguments, %zd slots given", b->symbol, b->nargs, ns);
+    goto fail;
+  }
+  for (Py_ssize_t i = 0; i < ns; ++i) {
+    PyObject* slot = PyTuple_GetItem(slots, i);
+    const Py_ssize_t len = slot != NULL && PyTuple_Check(slot) ? PyTuple_Size(slot) : 0;
+    if (len != 2 && len != 3) {
+      PyErr_Format(PyExc_ValueError, "native: %s: slot %zd is not a (source, value[, offset]) tuple", b->symbol, i);
+      goto fail;
+    }
+    PyObject* kind = PyTuple_GetItem(slot, 0);
+    PyObject* value = PyTuple_GetItem(slot, 1);
+    Py_ssize_t klen;
+    const char* k = PyUnicode_Check(kind) ? PyUnicode_AsUTF8AndSize(kind, &klen) : NULL;
+    if (k == NULL || klen != 1 || !strchr("oancsd", k[0])) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "native: %s: slot %zd has an unknown source %R", b->symbol, i, kind);
+      goto fail;
+    }
+    f->src[i] = k[0];
+    if (k[0] == SRC_CONST) {
+      if (convert(b, (int)i, value, &f->value[i]) < 0) goto fail;
+      continue;
+    }
+    const long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred()) goto fail;
+    /* an address goes where the entry takes one; a launch dimension where it takes an int */
+    const char want = k[0] == SRC_DIM ? 'i' : 'p';
+    if (b->kinds[i] != want || v < 0 || v >= EWCALL_MAX_ARGS || (k[0] == SRC_DIM && v > 1)) {
+      PyErr_Format(PyExc_ValueError, "native: %s: slot %zd (%s, %ld) does not fit argument kind %c", b->symbol, i,
+                   k, v, b->kinds[i]);
+      goto fail;
+    }
+    f->idx[i] = (int)v;
+    if (len == 3) {
+      f->off[i] = PyLong_AsLongLong(PyTuple_GetItem(slot, 2));
+      if (f->off[i] == -1 && PyErr_Occurred()) goto fail;
+    }
+    if (k[0] == SRC_NUM) *numbers = 1;
+  }
+  Py_DECREF(slots);
+  return 0;
+fail:
+  Py_DECREF(slots);
+  return -1;
+}
+
+static PyObject* native(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 5 && nargs != 7) {
+    PyErr_SetString(PyExc_TypeError, "native(entry, slots, shape, info, size, parts=(), aligned=()) takes 5 or 7 "
+                                     "arguments");
+    return NULL;
+  }
+  PyObject* self = PyCFunction_Check(args[0]) ? PyCFunction_GetSelf(args[0]) : NULL;
+  if (self == NULL || !PyCapsule_IsValid(self, EWCALL_CAPSULE)) {
+    PyErr_SetString(PyExc_TypeError, "native: the entry is not a function bind() made");
+    return NULL;
+  }
+  const bound* b = (const bound*)PyCapsule_GetPointer(self, EWCALL_CAPSULE);
+  const int64_t n = PyLong_AsLongLong(args[4]);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  PyObject *parts = NULL, *aligned = NULL;
+  native_plan* p = (native_plan*)calloc(1, sizeof(native_plan));
+  if (p == NULL) return PyErr_NoMemory();
+  if (read_form(b, args[1], &p->whole, &p->numbers) < 0) goto fail;
+  if (nargs == 7) {
+    if ((parts = PySequence_Tuple(args[5])) == NULL || (aligned = PySequence_Tuple(args[6])) == NULL) goto fail;
+    if (PyTuple_Size(parts) > EWCALL_MAX_PARTS) {
+      PyErr_Format(PyExc_ValueError, "native: at most %d parts", EWCALL_MAX_PARTS);
+      goto fail;
+    }
+    p->nparts = (int)PyTuple_Size(parts);
+    for (int i = 0; i < p->nparts; ++i)
+      if (read_form(b, PyTuple_GetItem(parts, i), &p->part[i], &p->numbers) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(aligned); ++i) {
+      const long at = PyLong_AsLong(PyTuple_GetItem(aligned, i));
+      if (at == -1 && PyErr_Occurred()) goto fail;
+      if (at < 0 || at >= b->nargs || b->kinds[at] != 'p') {
+        PyErr_Format(PyExc_ValueError, "native: %s: aligned slot %ld is not an address", b->symbol, at);
+        goto fail;
+      }
+      p->aligned |= 1u << at;
+    }
+  }
+  Py_XDECREF(parts);
+  Py_XDECREF(aligned);
+  p->b = b;
+  p->n = n;
+  p->entry = Py_NewRef(args[0]);
+  p->shape = Py_NewRef(args[2]);
+  p->info = Py_NewRef(args[3]);
+  p->size = Py_NewRef(args[4]);
+  PyObject* capsule = PyCapsule_New(p, EWCALL_NATIVE, free_native);
+  if (capsule == NULL) {
+    Py_DECREF(p->entry);
+    Py_DECREF(p->shape);
+    Py_DECREF(p->info);
+    Py_DECREF(p->size);
+    free(p);
+  }
+  return capsule;
+fail:
+  Py_XDECREF(parts);
+  Py_XDECREF(aligned);
+  free(p);
+  return NULL;
+}
+
+/* One op's replayer: what it needs of pyew to read a call and make its result. */
+typedef struct {
+  PyMethodDef def;
+  PyObject* target;     /* the op (plans must name it) */
+  PyObject* target_id;  /* id(target): the head of its plans' keys */
+  Py_ssize_t arity;
+  PyObject* plans;      /* dict: key -> Plan */
+  PyObject* stream_of;  /* stream_of() -> the call's stream, or None where this path must not run */
+  PyObject* new_array;  /* new_array(shape, info, stream, size) -> DeviceArray */
+  PyObject* array_type; /* DeviceArray */
+  PyObject* exchange;   /* dict: type -> how it is read (read_foreign) */
+  PyObject* dl_dtypes;  /* dict: DLPack dtype code -> dtype row, or None */
+  PyObject* check;      /* check(rc, symbol) raises for a failed launch */
+  PyObject* owner;      /* replays run while owner.launch is `launch`: calls go where launches go */
+  PyObject* launch;
+} replayer;
+
+static PyObject *s_info, *s_shape, *s_ptr, *s_buf, *s_last, *s_read_on, *s_handle, *s_dims, *s_ordinal,
+    *s_native, *s_target, *s_numbers, *s_requires_grad, *s_launch;
+
+static void free_replayer(PyObject* capsule) {
+  replayer* r = (replayer*)PyCapsule_GetPointer(capsule, EWCALL_REPLAYER);
+  if (r == NULL) return;
+  PyObject** refs[] = {&r->target, &r->target_id, &r->plans, &r->stream_of, &r->new_array, &r->array_type,
+                       &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch};
+  for (size_t i = 0; i < sizeof refs / sizeof refs[0]; ++i) Py_XDECREF(*refs[i]);
+  free(r);
+}
+
+enum { ARG_ARRAY = 1, ARG_NUMBER, ARG_FOREIGN };
+
+/* A foreign tensor the producer described: its address and key parts, or 0 (decline: the
+   Python path reads it and says what is wrong, or waits for its producer's stream), or -1 with an
+   exception. */
+static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_tensor* t, long ordinal, void* handle,
+                       uintptr_t* ptr, PyObject** info, PyObject** shape) {
+  if ((t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) ||
+      t->device.device_id != ordinal || t->ndim < 0 || (t->ndim > 0 && t->shape == NULL))
+    return 0;
+  int empty = 0; /* an empty array has no layout to check */
+  for (int i = 0; i < t->ndim; ++i) empty |= t->shape[i] == 0;
+  if (!empty && t->strides != NULL) {
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      if (t->shape[i] != 1 && t->strides[i] != want) return 0;
+      want *= t->shape[i];
+    }
+  }
+  void* producer = NULL;
+  if (api->current_work_stream(t->device.device_type, t->device.device_id, &producer) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (producer != handle) return 0; /* the call's stream must wait for the producer's: Python does that */
+  const long code = (long)t->dtype.code | ((long)t->dtype.bits << 8) | ((long)t->dtype.lanes << 16);
+  PyObject* key = PyLong_FromLong(code);
+  if (key == NULL) return -1;
+  PyObject* row = PyDict_GetItemWithError(r->dl_dtypes, key);
+  Py_DECREF(key);
+  if (row == NULL || row == Py_None) return PyErr_Occurred() ? -1 : 0;
+  PyObject* sh = PyTuple_New(t->ndim);
+  if (sh == NULL) return -1;
+  for (int i = 0; i < t->ndim; ++i) {
+    PyObject* v = PyLong_FromLongLong(t->shape[i]);
+    if (v == NULL) {
+      Py_DECREF(sh);
+      return -1;
+    }
+    PyTuple_SetItem(sh, i, v);
+  }
+  *ptr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  *info = Py_NewRef(row);
+  *shape = sh;
+  return 1;
+}
+
+/* A foreign GPU array: `how` is the type's own reader, how(a, stream) -> (address, dtype row,
+   shape) or None, or (API capsule, plain) for a type read through its DLPack exchange API: plain
+   for types read as the plain tensor the API offers (torch's: a tensor that requires grad is left
+   to Python, which refuses it), else as a managed tensor, released at once (the array the call
+   holds keeps its memory). Returns as read_tensor does. */
+static int read_foreign(const replayer* r, PyObject* how, PyObject* a, PyObject* stream, long ordinal, void* handle,
+                        uintptr_t* ptr, PyObject** info, PyObject** shape) {
+  if (PyCallable_Check(how)) { /* the type's own reader (CuPy's): (address, dtype row, shape) or None */
+    PyObject* got = PyObject_CallFunctionObjArgs(how, a, stream, NULL);
+    if (got == NULL) return -1;
+    int ok = 0;
+    if (PyTuple_Check(got) && PyTuple_Size(got) == 3 && PyTuple_Check(PyTuple_GetItem(got, 2))) {
+      *ptr = (uintptr_t)PyLong_AsVoidPtr(PyTuple_GetItem(got, 0));
+      if (PyErr_Occurred()) {
+        Py_DECREF(got);
+        return -1;
+      }
+      *info = Py_NewRef(PyTuple_GetItem(got, 1));
+      *shape = Py_NewRef(PyTuple_GetItem(got, 2));
+      ok = 1;
+    }
+    Py_DECREF(got);
+    return ok;
+  }
+  if (!PyTuple_Check(how) || PyTuple_Size(how) != 2) return 0;
+  const dl_exchange_api* api =
+      (const dl_exchange_api*)PyCapsule_GetPointer(PyTuple_GetItem(how, 0), DL_EXCHANGE_CAPSULE);
+  const int plain = PyObject_IsTrue(PyTuple_GetItem(how, 1));
+  if (api == NULL || plain < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (plain) {
+    if (api->dltensor_from_py_object_no_sync == NULL) return 0;
+    PyObject* grad = PyObject_GetAttr(a, s_requires_grad);
+    const int needs_grad = grad == NULL ? -1 : PyObject_IsTrue(grad);
+    Py_XDECREF(grad);
+    if (needs_grad != 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    dl_tensor t;
+    memset(&t, 0, sizeof t);
+    if (api->dltensor_from_py_object_no_sync(a, &t) != 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    return read_tensor(r, api, &t, ordinal, handle, ptr, info, shape);
+  }
+  dl_managed* m = NULL;
+  if (api->managed_tensor_from_py_object_no_sync == NULL || api->managed_tensor_from_py_object_no_sync(a, &m) != 0 ||
+      m == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  const int got = m->major == 1 ? read_tensor(r, api, &m->tensor, ordinal, handle, ptr, info, shape) : 0;
+  if (m->deleter != NULL) m->deleter(m);
+  return got;
+}
+
+/* The address an int object holds (a pointer attribute), or 0 with an exception on failure. */
+static int address_of(PyObject* o, PyObject* name, uintptr_t* out) {
+  PyObject* v = PyObject_GetAttr(o, name);
+  if (v == NULL) return -1;
+  *out = (uintptr_t)PyLong_AsVoidPtr(v);
+  Py_DECREF(v);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* What one call gives its plan's slots. */
+struct call_facts {
+  uintptr_t out;
+  const uintptr_t* ptrs;
+  const char* kind;
+  Py_ssize_t nargs;
+  PyObject* got; /* the plan's numbers' addresses, or NULL */
+  void* handle;
+  PyObject* dims;
+};
+
+/* One form's arguments for this call: 0, or 1 where the form does not fit the call (a plan made
+   for another key: not expected), or -1 with an exception. */
+static int fill(const native_form* f, int nslots, const struct call_facts* c, ew_arg* slot) {
+  for (int i = 0; i < nslots; ++i) {
+    const int j = f->idx[i];
+    switch (f->src[i]) {
+      case SRC_OUT: slot[i].p = (const void*)(c->out + (uintptr_t)f->off[i]); break;
+      case SRC_ARG:
+        if (j >= c->nargs || c->kind[j] == ARG_NUMBER) return 1;
+        slot[i].p = (const void*)(c->ptrs[j] + (uintptr_t)f->off[i]);
+        break;
+      case SRC_NUM: {
+        PyObject* v = c->got != NULL && j < PyTuple_Size(c->got) ? PyTuple_GetItem(c->got, j) : NULL;
+        if (v == NULL) return 1;
+        slot[i].p = (const void*)((uintptr_t)PyLong_AsVoidPtr(v) + (uintptr_t)f->off[i]);
+        if (PyErr_Occurred()) return -1;
+        break;
+      }
+      case SRC_CONST: slot[i] = f->value[i]; break;
+      case SRC_STREAM: slot[i].p = c->handle; break;
+      case SRC_DIM: {
+        PyObject* v = PyTuple_Check(c->dims) && j < PyTuple_Size(c->dims) ? PyTuple_GetItem(c->dims, j) : NULL;
+        if (v == NULL) return 1;
+        slot[i].i = PyLong_AsLong(v);
+        if (PyErr_Occurred()) return -1;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+static PyObject* replay_call(PyObject* self, PyObject* args) {
+  const replayer* r = (const replayer*)PyCapsule_GetPointer(self, EWCALL_REPLAYER);
+  if (r == NULL) return NULL;
+  if (!PyTuple_Check(args) || PyTuple_Size(args) != r->arity || r->arity > EWCALL_MAX_ARGS) Py_RETURN_NONE;
+  const Py_ssize_t nargs = r->arity;
+  PyObject* parts[1 + 2 * EWCALL_MAX_ARGS];
+  int nparts = 0;
+  char kind[EWCALL_MAX_ARGS];
+  uintptr_t ptrs[EWCALL_MAX_ARGS];
+  PyObject *result = NULL, *key = NULL, *plan = NULL, *cap = NULL, *got = NULL, *res = NULL, *dims = NULL;
+  PyObject* launch = PyObject_GetAttr(r->owner, s_launch);
+  if (launch == NULL) return NULL;
+  Py_DECREF(launch);
+  if (launch != r->launch) Py_RETURN_NONE; /* launches go elsewhere (the CPU tests' stand-ins) */
+  PyObject* stream = PyObject_CallNoArgs(r->stream_of);
+  if (stream == NULL) return NULL;
+  if (stream == Py_None) goto decline;
+  void* handle;
+  {
+    PyObject* h = PyObject_GetAttr(stream, s_handle);
+    if (h == NULL) goto done;
+    handle = PyLong_AsVoidPtr(h);
+    Py_DECREF(h);
+    if (PyErr_Occurred()) goto done;
+  }
+  long ordinal = -1;
+  parts[nparts++] = Py_NewRef(r->target_id);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* a = PyTuple_GetItem(args, i);
+    PyTypeObject* t = Py_TYPE(a);
+    if ((PyObject*)t == r->array_type) {
+      kind[i] = ARG_ARRAY;
+      if ((parts[nparts++] = PyObject_GetAttr(a, s_info)) == NULL) goto done;
+      if ((parts[nparts++] = PyObject_GetAttr(a, s_shape)) == NULL) goto done;
+      if (address_of(a, s_ptr, &ptrs[i]) < 0) goto done;
+    } else if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type) {
+      kind[i] = ARG_NUMBER;
+      parts[nparts++] = Py_NewRef((PyObject*)t);
+    } else {
+      PyObject* api = PyDict_GetItemWithError(r->exchange, (PyObject*)t);
+      if (api == NULL) {
+        if (PyErr_Occurred()) goto done;
+        goto decline;
+      }
+      if (ordinal < 0) {
+        PyObject* o = PyObject_GetAttr(stream, s_ordinal);
+        if (o == NULL) goto done;
+        ordinal = PyLong_AsLong(o);
+        Py_DECREF(o);
+        if (ordinal == -1 && PyErr_Occurred()) goto done;
+      }
+      kind[i] = ARG_FOREIGN;
+      const int ok = read_foreign(r, api, a, stream, ordinal, handle, &ptrs[i], &parts[nparts], &parts[nparts + 1]);
+      if (ok < 0) goto done;
+      if (ok == 0) goto decline;
+      nparts += 2;
+    }
+  }
+  key = PyTuple_New(nparts);
+  if (key == NULL) goto done;
+  for (int i = 0; i < nparts; ++i) PyTuple_SetItem(key, i, parts[i]);
+  nparts = 0; /* the key holds them now */
+  plan = PyDict_GetItemWithError(r->plans, key);
+  if (plan == NULL) {
+    if (PyErr_Occurred()) goto done;
+    goto decline;
+  }
+  Py_INCREF(plan); /* the Python calls below may let another thread drop it from the dict */
+  {
+    PyObject* target = PyObject_GetAttr(plan, s_target);
+    if (target == NULL) goto done;
+    Py_DECREF(target);
+    if (target != r->target) goto decline;
+  }
+  cap = PyObject_GetAttr(plan, s_native);
+  if (cap == NULL) goto done;
+  if (!PyCapsule_IsValid(cap, EWCALL_NATIVE)) goto decline;
+  const native_plan* p = (const native_plan*)PyCapsule_GetPointer(cap, EWCALL_NATIVE);
+  if (p->numbers) {
+    PyObject* numbers = PyObject_GetAttr(plan, s_numbers);
+    if (numbers == NULL) goto done;
+    got = PyObject_CallFunctionObjArgs(numbers, args, stream, NULL);
+    Py_DECREF(numbers);
+    if (got == NULL) goto done;
+    if (got == Py_None) goto decline; /* a number its dtype cannot hold: the Python path says so */
+    if (!PyTuple_Check(got)) {
+      PyObject* t = PySequence_Tuple(got);
+      Py_DECREF(got);
+      got = t;
+      if (got == NULL) goto done;
+    }
+  }
+  res = PyObject_CallFunctionObjArgs(r->new_array, p->shape, p->info, stream, p->size, NULL);
+  if (res == NULL) goto done;
+  uintptr_t out;
+  if (address_of(res, s_ptr, &out) < 0) goto done;
+  /* each pyew array is read on this stream: one last used on another waits for that (read_on) */
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (kind[i] != ARG_ARRAY) continue;
+    PyObject* a = PyTuple_GetItem(args, i);
+    PyObject* buf = PyObject_GetAttr(a, s_buf);
+    if (buf == NULL) goto done;
+    PyObject* last = PyObject_GetAttr(buf, s_last);
+    Py_DECREF(buf);
+    if (last == NULL) goto done;
+    Py_DECREF(last);
+    if (last != stream) {
+      PyObject* ok = PyObject_CallMethodObjArgs(a, s_read_on, stream, NULL);
+      if (ok == NULL) goto done;
+      Py_DECREF(ok);
+    }
+  }
+  if (p->n > 0) {
+    dims = PyObject_GetAttr(stream, s_dims);
+    if (dims == NULL) goto done;
+    ew_arg slot[EWCALL_MAX_ARGS];
+    const struct call_facts c = {out, ptrs, kind, nargs, got, handle, dims};
+    int rc = fill(&p->whole, p->b->nargs, &c, slot);
+    if (rc != 0) goto filled;
+    int parts = 0;
+    if (p->nparts) { /* split where every address the packs read is 16-byte aligned */
+      parts = p->nparts;
+      for (int i = 0; i < p->b->nargs; ++i)
+        if ((p->aligned >> i & 1u) && (uintptr_t)slot[i].p % 16 != 0) parts = 0;
+    }
+    for (int k = 0; k < (parts ? parts : 1); ++k) {
+      if (parts && (rc = fill(&p->part[k], p->b->nargs, &c, slot)) != 0) goto filled;
+      Py_BEGIN_ALLOW_THREADS
+      rc = p->b->fn(slot);
+      Py_END_ALLOW_THREADS
+      if (rc != 0) {
+        PyObject* raised = PyObject_CallFunction(r->check, "is", rc, p->b->symbol);
+        Py_XDECREF(raised);
+        if (raised != NULL) PyErr_Format(PyExc_RuntimeError, "%s failed with %d", p->b->symbol, rc);
+        goto done;
+      }
+    }
+  filled:
+    if (rc < 0) goto done;
+    if (rc > 0) goto decline_late;
+  }
+  result = res;
+  res = NULL;
+  goto done;
+decline_late: /* a plan whose slots do not match its key: not expected; the Python path runs it */
+  PyErr_Clear();
+decline:
+  result = Py_NewRef(Py_None);
+done:
+  for (int i = 0; i < nparts; ++i) Py_XDECREF(parts[i]);
+  Py_XDECREF(key);
+  Py_XDECREF(plan);
+  Py_XDECREF(cap);
+  Py_XDECREF(got);
+  Py_XDECREF(res);
+  Py_XDECREF(dims);
+  Py_DECREF(stream);
+  return result;
+}
+
+PyDoc_STRVAR(replayer_doc,
+"replayer(target, arity, plans, stream_of, new_array, array_type, exchange, dl_dtypes, check, owner,\n"
+"launch)\n"
+"-> function\n\n"
+"A function of one argument, a call's positional arguments (a tuple), that replays the call's\n"
+"plan in C where the plan has a native() form and every argument is an array_type, a Python\n"
+"number, or a GPU array of a type in `exchange` on the call's stream and GPU; it returns the\n"
+"result, or None where the Python path must run the call (nothing was allocated or queued).\n"
+"exchange maps a type to a reader, reader(x, stream) -> (address, dtype row, shape) or None, or\n"
+"to (its DLPack exchange API capsule, whether it is read as a plain tensor or a managed one).\n"
+"Keys are built as call.plan_key builds them: (id(target), then each array's dtype row and shape\n"
+"and each number's type). stream_of() gives the call's stream, or None to leave every call to\n"
+"Python; calls are replayed only while owner.launch is `launch` (the launches pyew makes go\n"
+"through it: a stand-in there must see them).");
+
+static PyObject* replayer_new(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 11) {
+    PyErr_SetString(PyExc_TypeError, "replayer() takes 11 arguments");
+    return NULL;
+  }
+  const Py_ssize_t arity = PyLong_AsSsize_t(args[1]);
+  if (arity == -1 && PyErr_Occurred()) return NULL;
+  if (!PyDict_Check(args[2]) || !PyDict_Check(args[6]) || !PyDict_Check(args[7]) || !PyType_Check(args[5])) {
+    PyErr_SetString(PyExc_TypeError, "replayer: plans, exchange and dl_dtypes must be dicts, array_type a type");
+    return NULL;
+  }
+  replayer* r = (replayer*)calloc(1, sizeof(replayer));
+  if (r == NULL) return PyErr_NoMemory();
+  r->target_id = PyLong_FromVoidPtr(args[0]);
+  if (r->target_id == NULL) {
+    free(r);
+    return NULL;
+  }
+  r->target = Py_NewRef(args[0]);
+  r->arity = arity;
+  r->plans = Py_NewRef(args[2]);
+  r->stream_of = Py_NewRef(args[3]);
+  r->new_array = Py_NewRef(args[4]);
+  r->array_type = Py_NewRef(args[5]);
+  r->exchange = Py_NewRef(args[6]);
+  r->dl_dtypes = Py_NewRef(args[7]);
+  r->check = Py_NewRef(args[8]);
+  r->owner = Py_NewRef(args[9]);
+  r->launch = Py_NewRef(args[10]);
+  r->def.ml_name = "replay";
+  r->def.ml_meth = (PyCFunction)replay_call;
+  r->def.ml_flags = METH_O;
+  r->def.ml_doc = NULL;
+  PyObject* capsule = PyCapsule_New(r, EWCALL_REPLAYER, free_replayer);
+  if (capsule == NULL) {
+    PyObject** refs[] = {&r->target, &r->target_id, &r->plans, &r->stream_of, &r->new_array, &r->array_type,
+                         &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; ++i) Py_XDECREF(*refs[i]);
+    free(r);
+    return NULL;
+  }
+  PyObject* fn = PyCFunction_NewEx(&r->def, capsule, NULL);
+  Py_DECREF(capsule);
+  return fn;
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, bind_doc},
+    {"native", (PyCFunction)(void (*)(void))native, METH_FASTCALL, native_doc},
+    {"replayer", (PyCFunction)(void (*)(void))replayer_new, METH_FASTCALL, replayer_doc},
     {"dlpack_version", (PyCFunction)dlpack_version, METH_O, dlpack_version_doc},
     {"dlpack_view", (PyCFunction)(void (*)(void))dlpack_view, METH_FASTCALL, dlpack_view_doc},
     {NULL, NULL, 0, NULL},
@@ -355,4 +942,17 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__ewcall(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__ewcall(void) {
+  struct {
+    PyObject** at;
+    const char* name;
+  } names[] = {{&s_info, "info"},       {&s_shape, "shape"},       {&s_ptr, "ptr"},
+               {&s_buf, "_buf"},        {&s_last, "last"},         {&s_read_on, "read_on"},
+               {&s_handle, "handle"},   {&s_dims, "dims"},         {&s_ordinal, "ordinal"},
+               {&s_native, "native"},   {&s_target, "target"},     {&s_numbers, "numbers"},
+               {&s_requires_grad, "requires_grad"}, {&s_launch, "launch"}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+    if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
+  }
+  return PyModule_Create(&module);
+}

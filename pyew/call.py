@@ -313,13 +313,17 @@ class Plan:
     numbers(args, stream) turns the numbers of one call (at numbers_at in args) into what launch
     takes, or returns None where the general path must say what is wrong with them (a value out of
     its dtype's range); launch(out_ptr, args, that, stream) queues the kernel on the arrays at
-    `arrays` in args (each a DeviceArray, already marked used on the stream)."""
-    __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host")
+    `arrays` in args (each a DeviceArray, already marked used on the stream).
 
-    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False):
+    native: the same launch in the C extension's terms (library.native), for plans that
+    native_replayer replays without Python; None for the others."""
+    __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host", "native")
+
+    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False, native=None):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
         self.host = host        # numpy arrays in, a numpy result out: launch(in_ptrs, out_ptrs, stream)
+        self.native = native
 
 
 _plans: dict = {}
@@ -406,6 +410,18 @@ def plan_args(args: Sequence, stream, op: str, names: Sequence[str] | None = Non
             return None
         out.append(d)
     return out
+
+
+def native_replayer(target, arity: int):
+    """A C function that replays target's calls of `arity` positional arguments from their plans
+    (pyew/_ewcall.c: replayer), returning None for a call it leaves to Python (keywords, an operand
+    it does not read, a plan without a native form, a foreign array whose producer's stream the
+    call must wait for); None without the C extension."""
+    ext = library.get().ext
+    if ext is None or not hasattr(ext, "replayer"):
+        return None
+    return ext.replayer(target, arity, _plans, rt.current_if_one_gpu, DeviceArray.new, DeviceArray,
+                        interop.replay_readers(), interop.dlpack_dtypes(), library.check, library, library.launch)
 
 
 def plans() -> dict:

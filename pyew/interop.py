@@ -223,7 +223,8 @@ def _native_reader(t: type):
             and hasattr(mod._C, "_cuda_getCurrentRawStream"):
         return _torch_reader(mod)
     if root == "cupy" and isinstance(getattr(mod, "ndarray", None), type) and issubclass(t, mod.ndarray):
-        return _cupy_reader(mod)
+        read, _exchange[t] = _cupy_reader(mod)
+        return read
     return None
 
 
@@ -323,10 +324,34 @@ def _cupy_reader(cupy):
         producer = (current(index) if rt.several() else current()).ptr
         return _over(x, False, index, x.data.ptr, x.shape, info, producer, stream, op, name)
 
-    return read
+    def replayed(x, stream):
+        """What a plan's C replay needs of x, or None where read() must run: a dtype not met yet, a
+        layout or GPU to refuse, a producer's stream to wait for (one GPU: CuPy's current stream)."""
+        info = by_dtype.get(x.dtype)
+        if info is None or not x.flags.c_contiguous or x.device.id != stream.ordinal or \
+                current().ptr != stream.handle:
+            return None
+        return x.data.ptr, info, x.shape
+
+    return read, replayed
 
 
 _dl_dtypes: dict[int, dt.DType | None] = {}      # code | bits << 8 | lanes << 16 -> dtype row
+_exchange: dict[type, object] = {}     # type -> how a plan's C replay reads it (replay_readers)
+
+
+def replay_readers() -> dict:
+    """How a plan's C replay (pyew/_ewcall.c: replayer) reads the foreign types met so far: (the
+    type's DLPack exchange API capsule, whether its arrays are read as plain tensors rather than
+    managed ones), or a function (x, stream) -> (address, dtype row, shape), or None where the
+    Python path must read x (CuPy's arrays, without that API)."""
+    return _exchange
+
+
+def dlpack_dtypes() -> dict:
+    """DLPack dtype codes (code | bits << 8 | lanes << 16) met so far, each with its dtype row, or
+    None where pyew has no such dtype."""
+    return _dl_dtypes
 
 
 def _exchange_reader(t: type):
@@ -351,6 +376,7 @@ def _exchange_reader(t: type):
     # a subclass of torch.Tensor defined elsewhere inherits torch's API and tensors (requires_grad)
     torch = any(getattr(k, "__module__", "").split(".")[0] == "torch" for k in t.__mro__)
     view, owned = ext.dlpack_view, not torch
+    _exchange[t] = (api, not owned)
 
     def read(x, stream, op, name):
         try:

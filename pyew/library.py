@@ -344,3 +344,23 @@ def launch(entry: Entry, args: tuple, stream) -> None:
     rc = entry.fn(*args, stream.handle, *stream.dims)
     if rc:
         get().check(rc, entry.symbol)
+
+
+def check(rc: int, where: str) -> None:
+    get().check(rc, where)
+
+
+def native(entry: Entry, slots, shape: tuple, info: dt.DType, n: int, parts=(), aligned=()):
+    """How the C extension calls `entry` for a plan (pyew/_ewcall.c: native): each argument's
+    source (the result, an array argument, a number, a constant; an address may carry a byte
+    offset), then the launch context; `parts` launch instead where the slots `aligned` hold
+    16-byte aligned addresses. None without the extension, or for an entry it does not call."""
+    ext = get().ext
+    if ext is None or not hasattr(ext, "native"):
+        return None
+    context = (("s", 0), ("d", 0), ("d", 1))
+    try:
+        return ext.native(entry.fn, (*slots, *context), shape, info, n,
+                          tuple((*part, *context) for part in parts), tuple(aligned))
+    except (TypeError, ValueError):
+        return None

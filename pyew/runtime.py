@@ -17,9 +17,9 @@ from .devices import (Device, DeviceProps, bind_thread, check_ordinal, current_o
 from .memory import (constant, copy_dtod, copy_dtoh, copy_htod, copy_peer, free, malloc, memset, pool_usage,
                      release_kept, reset_pool_peak, trim_pool)
 from .pinned import host_alloc, host_free, host_pinned
-from .streams import (DEFAULT_STREAM, Event, ExternalStream, RawStream, Stream, current_stream, default_stream,
-                      destroy_stream, foreign_stream, new_stream, resolve_stream, stream_synchronize, stream_wait,
-                      use_blocking_waits, wait_event)
+from .streams import (DEFAULT_STREAM, Event, ExternalStream, RawStream, Stream, current_if_one_gpu, current_stream,
+                      default_stream, destroy_stream, foreign_stream, new_stream, resolve_stream, stream_synchronize,
+                      stream_wait, use_blocking_waits, wait_event)
 # isort: on
 
 

@@ -255,6 +255,15 @@ def resolve_stream(stream):
     raise TypeError(f"stream must be a pyew.Stream, a pyew.ExternalStream or None, not {type(stream).__name__}")
 
 
+def current_if_one_gpu():
+    """The current stream where exactly one GPU is counted (a call then needs no device of its
+    own), else None."""
+    if gpus.count != 1:
+        return None
+    st = _thread.stack
+    return st[-1] if st else DEFAULT_STREAM
+
+
 def foreign_stream(handle: int, ordinal: int) -> RawStream:
     """A stream another library gave by handle (CUDA Array Interface, DLPack) on GPU `ordinal`."""
     return RawStream(cuda.handle(handle), ordinal)

@@ -576,3 +576,34 @@ def test_built_benchmark_library_loads():
     assert entries[("mul", "float32", "naive")][0] == "ew_naive_mul_f32"
     with pytest.raises(ValueError, match="other spec files than libew.so"):
         benchlib.load(path, [])
+
+
+def test_host_rounds_take_turns_and_report_medians():
+    """Host-time sides alternate round by round, so a host's drift falls on all of them; a side
+    that fails is dropped with a note, the others still reported."""
+    order, notes = [], []
+
+    class Stub:
+        def out_of_time(self, *a):
+            return False
+
+        def status(self, msg):
+            pass
+
+        def failed(self, what, e):
+            notes.append(what)
+
+    def side(name):
+        def call():
+            if not order or order[-1] != name:
+                order.append(name)
+        return call
+
+    def broken():
+        raise RuntimeError("peer failed")
+    got = harness.host_rounds(Stub(), "overhead add", {"a": side("a"), "b": side("b"), "c": broken},
+                              rounds=3, budget_s=0.003)
+    assert order == ["a", "b"] * 3
+    assert sorted(got) == ["a", "b"] and notes == ["overhead add: c"]
+    for fig in got.values():
+        assert fig["us_per_call"] > 0 and fig["min_ms"] <= fig["ms"] and fig["calls"] >= 3

@@ -233,6 +233,19 @@ def alternate(run, what: str, sides: dict, rounds: int, clock) -> dict:
     return out
 
 
+HOST_ROUNDS = 9
+
+
+def host_rounds(run, what: str, sides: dict, sync=None, rounds: int = HOST_ROUNDS, budget_s: float = 0.25) -> dict:
+    """host() of each side, the sides taking turns over `rounds` rounds so the host's drift (its
+    clock, its other load) hits all of them alike: per side, the median and the best round."""
+    turns = alternate(run, what, sides, rounds,
+                      lambda fn: host(fn, sync, budget_s / rounds, repeats=1))
+    return {impl: {"ms": statistics.median(r["ms"] for r in got), "min_ms": min(r["min_ms"] for r in got),
+                   "us_per_call": statistics.median(r["us_per_call"] for r in got),
+                   "calls": sum(r["calls"] for r in got)} for impl, got in turns.items() if got}
+
+
 def sustained(calls, seconds: float, batch: int, check=None, clock=time.perf_counter) -> tuple[int, float]:
     """(calls, GPU ms) of back-to-back calls for `seconds`, the host at most two batches (an event each) ahead."""
     start, end, marks = rt.Event(timing=True), rt.Event(timing=True), [rt.Event(), rt.Event()]

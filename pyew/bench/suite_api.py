@@ -17,7 +17,7 @@ from .. import runtime as rt
 from ..array import empty
 from ..interop import asarray
 from . import benchlib
-from .harness import Suite, Table, gpu, host, map_cases, random_device, rotation_slots
+from .harness import Suite, Table, gpu, host_rounds, map_cases, random_device, rotation_slots
 
 UPSAMPLE_SHAPE, RELU_MASK_SHAPE, BATCH_SCALE = (16, 32, 80, 80), (16, 32, 112, 112), 8    # and 8x the batch
 DOT_N, API_DTYPES = 1 << 24, ("float32", "float16")
@@ -143,8 +143,9 @@ def run_overhead(run) -> None:
         rows[f"add, {name} operands"] = {"pyew": functools.partial(fns["add"], p.wrap(x), p.wrap(y)),
                                          name: rows["add"][name]}
     for label, calls in rows.items():
-        for impl, fn in calls.items():
-            run.measure("overhead", label, "float32", 1, impl, functools.partial(host, fn, rt.synchronize))
+        figures = host_rounds(run, f"overhead {label}", calls, rt.synchronize)
+        for impl in calls:
+            run.measure("overhead", label, "float32", 1, impl, functools.partial(figures.get, impl))
 
 
 def run_interop(run) -> None:
@@ -155,9 +156,11 @@ def run_interop(run) -> None:
         fx, fy = (mod.asarray(np.array([v], np.float32)) if name == "cupy" else
                   mod.full((1,), v, dtype=mod.float32, device="cuda") for v in (1.25, -0.5))
         cases |= {name: (2, (fx, fy)), f"{name} + DeviceArray": (1, (fx, y))}
-    for label, (foreign, args) in cases.items() if fns else ():
-        how = functools.partial(host, functools.partial(fns["add"], *args), rt.synchronize)
-        row = run.measure("interop", "pyew.add", "float32", 1, label, how, foreign=foreign)
+    figures = host_rounds(run, "interop", {label: functools.partial(fns["add"], *args)
+                                           for label, (_, args) in cases.items()}, rt.synchronize) if fns else {}
+    for label, (foreign, _) in cases.items() if fns else ():
+        row = run.measure("interop", "pyew.add", "float32", 1, label, functools.partial(figures.get, label),
+                          foreign=foreign)
         base = run.index.get(("interop", "pyew.add", "float32", 1, "DeviceArray"))
         if row and foreign and base:               # what importing one operand costs
             row["extra_us"] = (row["us_per_call"] - base["us_per_call"]) / foreign

@@ -92,7 +92,9 @@ class MapOp:
             else:
                 def contiguous(out_ptr, args, _, s):
                     library.launch(forward, (out_ptr, *[args[i].ptr for i in arrays], n, *pvals), s)
-            return call.Plan(self, shape, out_info, arrays, (), None, contiguous)
+            native = library.native(forward, [("o", 0), *[("a", i) for i in arrays], ("c", n),
+                                              *[("c", v) for v in pvals]], shape, out_info, n)
+            return call.Plan(self, shape, out_info, arrays, (), None, contiguous, native=native)
         strided = kernel.entry("strided")
         shapes = call.broadcast_plan(tuple(None if o.kind == SCALAR else o.shape for o in p.operands))
         if strided is None or shapes is None:
@@ -122,7 +124,19 @@ class MapOp:
             def two(out_ptr, args, nums, s, _alive=layout):    # the kernel reads the layout by address
                 library.launch(strided, (out_ptr, args[0].ptr if arr0 else nums[0],
                                          args[1].ptr if arr1 else nums[-1], n, at_layout), s)
-            return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, two)
+            native = library.native(strided, [("o", 0), ("a", 0) if arr0 else ("n", 0),
+                                              ("a", 1) if arr1 else ("n", len(numbers_at) - 1), ("c", n),
+                                              ("c", at_layout)], shape, out_info, n)
+            return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, two, native=native)
+
+        def sources(offsets):
+            return [("a", i, off) if arr else ("n", j, off) for (i, (arr, j)), off in zip(enumerate(where), offsets)]
+        native = library.native(
+            strided, [("o", 0), *sources([0] * len(where)), ("c", n), *[("c", v) for v in pvals], ("c", at_layout)],
+            shape, out_info, n,
+            [[("o", 0, out_off), *sources(offs), ("c", count), *[("c", v) for v in pvals], ("c", at)]
+             for out_off, offs, count, at, _ in parts],
+            [0, *[1 + i for i, st in enumerate(strides or ()) if st]] if parts else ())
 
         def broadcast(out_ptr, args, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
             full = [args[i].ptr if arr else nums[j] for i, (arr, j) in enumerate(where)]
@@ -132,7 +146,7 @@ class MapOp:
                                              count, *pvals, at), s)
                 return
             library.launch(strided, (out_ptr, *full, n, *pvals, at_layout), s)
-        return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, broadcast)
+        return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, broadcast, native=native)
 
     def _host_plan(self, p: call.Prepared, pvals: tuple, wants) -> call.Plan | None:
         """The plan of a call on numpy arrays of the kernel's dtypes and the result's shape, none
@@ -147,15 +161,21 @@ class MapOp:
         return call.Plan(self, p.shape, p.kernel.out_dtype, range(len(p.operands)), (), None, one_shot, host=True)
 
     def function(self):
-        """The op's Python function: on one GPU, a call whose plan is known replays it from here,
-        one frame from the lookup to the launch; any other goes through __call__ (under the
+        """The op's Python function: on one GPU, a call whose plan is known replays it from here, in
+        C where the plan has a native form, else one frame from the lookup to the launch; any other
+        goes through __call__ (under the
         operands' GPU when there are several)."""
         general = make_function(self.name, self.__call__, self.signature(), self.doc(), ufunc=self.op.ufunc)
         one_gpu, current_stream = rt.only_one_gpu, rt.resolve_stream
         plan_key, plan_args, plans, replay, me = call.plan_key, call.plan_args, call.plans(), call.replay, self
         arity, names, DA = self.arity, self.op.inputs, DeviceArray
+        native = call.native_replayer(self, self.arity)
 
         def op(*args, out=None, stream=None, **kw):
+            if native is not None and out is None and stream is None and not kw:
+                res = native(args)
+                if res is not None:
+                    return res
             if stream is None and one_gpu():
                 key, s = plan_key(me, args, kw), None
                 if key is None and len(args) == arity:          # GPU arrays of other libraries

@@ -1,0 +1,164 @@
+"""Planned calls replayed in C (pyew/_ewcall.c) on the GPU: the same results as numpy in float64,
+no Python frame of the replay once a plan has a native form, and every call it must not take (a
+producer's stream to wait for, a tensor that requires grad, out=, stream=) left to Python."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import pyew
+
+from .helpers import poison, random_array
+
+pytestmark = pytest.mark.gpu
+
+
+def _frames(fn, *args, **kw):
+    """fn's result and the names of the Python functions it entered."""
+    names = []
+
+    def seen(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+    sys.setprofile(seen)
+    try:
+        res = fn(*args, **kw)
+    finally:
+        sys.setprofile(None)
+    return res, names
+
+
+def _native():
+    if pyew.library.get().ext is None:
+        pytest.skip("pyew runs without its C extension")
+
+
+def _fresh(shape, dtype):
+    """Leave a poisoned block of the result's size in the allocator's reuse list, so a result that
+    lands there and is not fully written shows NaN."""
+    poison(pyew.empty(shape, dtype))
+
+
+PYTHON_REPLAY = {"replay", "plan_key", "plan_args", "import_device", "prepare"}
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 4099, 1 << 20])
+def test_device_arrays_and_numbers_replay_in_c(rng, n):
+    _native()
+    a, b = random_array(rng, n, "float32"), random_array(rng, n, "float32")
+    x, y = pyew.asarray(a), pyew.asarray(b)
+    m = pyew.asarray(random_array(rng, (3, n), "float32").reshape(3, n) if n else np.zeros((3, 0), np.float32))
+    cases = [
+        (pyew.add, (x, y), a.astype(np.float64) + b),
+        (pyew.mul, (x, 0.5), a.astype(np.float64) * 0.5),
+        (pyew.sigmoid, (x,), 1 / (1 + np.exp(-a.astype(np.float64)))),
+        (pyew.add, (m, y), m.get().astype(np.float64) + b),              # a row bias: the strided entry
+    ]
+    for fn, args, want in cases:
+        fn(*args)                                                   # makes the plan
+        _fresh(want.shape, "float32")
+        res, names = _frames(fn, *args)
+        assert not PYTHON_REPLAY & set(names), (fn.__name__, names)
+        assert res.shape == want.shape and res.dtype == np.float32
+        np.testing.assert_allclose(res.get(), want, rtol=2e-6, atol=1e-30)
+
+
+def test_a_misaligned_view_and_a_tail(rng):
+    _native()
+    a = random_array(rng, 4103, "float32")
+    base = pyew.asarray(a)
+    x = base[1:]                                   # 4 bytes past 16: the vectorised entry's slow edge
+    pyew.add(x, x)
+    res, names = _frames(pyew.add, x, x)
+    assert not PYTHON_REPLAY & set(names)
+    np.testing.assert_array_equal(res.get(), a[1:].astype(np.float64) * 2)
+
+
+def test_numbers_out_of_range_still_raise_numpys_error(rng):
+    _native()
+    x = pyew.asarray(np.arange(5, dtype=np.int32))
+    pyew.add(x, 3)
+    with pytest.raises(OverflowError):
+        pyew.add(x, 2**40)
+
+
+def test_torch_tensors_on_the_calls_stream_replay_in_c(torch_cuda, rng):
+    torch = torch_cuda
+    _native()
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no DLPack C exchange API")
+    for n in (1, 4099, 1 << 20):
+        a, b = random_array(rng, n, "float32"), random_array(rng, n, "float32")
+        t, u = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        pyew.add(t, u)
+        _fresh((n,), "float32")
+        res, names = _frames(pyew.add, t, u)
+        assert not PYTHON_REPLAY & set(names), names
+        assert isinstance(res, pyew.DeviceArray)
+        np.testing.assert_allclose(res.get(), a.astype(np.float64) + b, rtol=2**-24, atol=0)
+        res, names = _frames(pyew.add, pyew.asarray(a), u)          # mixed with a DeviceArray
+        assert not PYTHON_REPLAY & set(names), names
+        np.testing.assert_allclose(res.get(), a.astype(np.float64) + b, rtol=2**-24, atol=0)
+    t16 = torch.from_numpy(random_array(rng, 1001, "float16")).cuda()
+    pyew.relu(t16)
+    res, names = _frames(pyew.relu, t16)
+    assert not PYTHON_REPLAY & set(names)
+    np.testing.assert_array_equal(res.get(), np.maximum(t16.cpu().numpy(), 0))
+
+
+def test_what_c_leaves_to_python(torch_cuda, rng):
+    torch = torch_cuda
+    _native()
+    a = random_array(rng, 4099, "float32")
+    t = torch.from_numpy(a).cuda()
+    pyew.add(t, t)
+    g = t.clone().requires_grad_(True)
+    with pytest.raises(ValueError, match="requires grad"):
+        pyew.add(g, t)
+    s = t[::2]
+    with pytest.raises(ValueError, match="non-contiguous"):
+        pyew.add(s, s)
+    # pyew's own stream: the tensor's producer (torch's default stream) must be waited for
+    with pyew.Stream():
+        res, names = _frames(pyew.add, t, t)
+    assert "import_device" in names
+    np.testing.assert_array_equal(res.get(), a.astype(np.float64) * 2)
+    # torch's side stream: its work is waited for on the way in
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        w = torch.empty(1 << 22, device="cuda")
+        torch.cuda._sleep(100_000_000)
+        w.fill_(3.0)
+        pyew.add(w, w)
+        res, names = _frames(pyew.add, w, w)
+    assert "import_device" in names
+    got = res.get()
+    assert got.min() == 6.0 == got.max()
+    # out= and stream= take the Python path
+    out = pyew.empty(4099, "float32")
+    poison(out)
+    r, names = _frames(pyew.add, t, t, out=out)
+    assert r is out and "replay" in names
+    np.testing.assert_array_equal(out.get(), a.astype(np.float64) * 2)
+    r, names = _frames(pyew.add, t, t, stream=pyew.runtime.DEFAULT_STREAM)
+    assert "replay" in names
+    np.testing.assert_array_equal(r.get(), a.astype(np.float64) * 2)
+
+
+def test_cupy_arrays_replay_in_c(cupy, rng):
+    cp = cupy
+    _native()
+    for n in (1, 4099):
+        a, b = random_array(rng, n, "float32"), random_array(rng, n, "float32")
+        c, d = cp.asarray(a), cp.asarray(b)
+        pyew.add(c, d)
+        _fresh((n,), "float32")
+        res, names = _frames(pyew.add, c, d)
+        assert not PYTHON_REPLAY & set(names), names
+        np.testing.assert_allclose(res.get(), a.astype(np.float64) + b, rtol=2**-24, atol=0)
+    with cp.cuda.Stream():                      # CuPy's own stream: waited for on the Python path
+        res, names = _frames(pyew.add, c, d)
+    assert "import_device" in names
+    np.testing.assert_allclose(res.get(), a.astype(np.float64) + b, rtol=2**-24, atol=0)
