@@ -350,8 +350,9 @@ static PyObject* dlpack_view(PyObject* module, PyObject* const* args, Py_ssize_t
    launch. The plan is the same object the Python replay runs (its key is built the same way, so
    either finds a plan the other made); a plan carries `native`, made once by native(), which says
    where each argument of its entry comes from. Anything this code does not handle (keywords, an
-   operand it cannot read here, a plan without `native`, a foreign array that needs a stream wait)
-   makes it return None before anything is allocated or queued, and the Python path runs the call. */
+   operand it cannot read here, a plan without `native`, a foreign array that needs a stream wait,
+   a number the plan's numbers() refuses) makes it return None before anything is allocated or
+   launched, and the Python path runs the call. */
 
 #define EWCALL_NATIVE "pyew._ewcall.native"
 #define EWCALL_REPLAYER "pyew._ewcall.replayer"
@@ -552,8 +553,15 @@ enum { ARG_ARRAY = 1, ARG_NUMBER, ARG_FOREIGN };
 /* A foreign tensor the producer described: its address and key parts, or 0 (decline: the
    Python path reads it and says what is wrong, or waits for its producer's stream), or -1 with an
    exception. */
+/* The producer's current stream, asked once a call for each API and device type (one GPU). */
+struct producer_seen {
+  const dl_exchange_api* api;
+  int32_t device_type;
+  void* stream;
+};
+
 static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_tensor* t, long ordinal, void* handle,
-                       uintptr_t* ptr, PyObject** info, PyObject** shape) {
+                       struct producer_seen* seen, uintptr_t* ptr, PyObject** info, PyObject** shape) {
   if ((t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) ||
       t->device.device_id != ordinal || t->ndim < 0 || (t->ndim > 0 && t->shape == NULL))
     return 0;
@@ -566,12 +574,17 @@ static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_t
       want *= t->shape[i];
     }
   }
-  void* producer = NULL;
-  if (api->current_work_stream(t->device.device_type, t->device.device_id, &producer) != 0) {
-    PyErr_Clear();
-    return 0;
+  if (seen->api != api || seen->device_type != t->device.device_type) {
+    void* producer = NULL;
+    if (api->current_work_stream(t->device.device_type, t->device.device_id, &producer) != 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    seen->api = api;
+    seen->device_type = t->device.device_type;
+    seen->stream = producer;
   }
-  if (producer != handle) return 0; /* the call's stream must wait for the producer's: Python does that */
+  if (seen->stream != handle) return 0; /* the call's stream must wait for the producer's: Python does that */
   const long code = (long)t->dtype.code | ((long)t->dtype.bits << 8) | ((long)t->dtype.lanes << 16);
   PyObject* key = PyLong_FromLong(code);
   if (key == NULL) return -1;
@@ -600,7 +613,7 @@ static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_t
    to Python, which refuses it), else as a managed tensor, released at once (the array the call
    holds keeps its memory). Returns as read_tensor does. */
 static int read_foreign(const replayer* r, PyObject* how, PyObject* a, PyObject* stream, long ordinal, void* handle,
-                        uintptr_t* ptr, PyObject** info, PyObject** shape) {
+                        struct producer_seen* seen, uintptr_t* ptr, PyObject** info, PyObject** shape) {
   if (PyCallable_Check(how)) { /* the type's own reader (CuPy's): (address, dtype row, shape) or None */
     PyObject* got = PyObject_CallFunctionObjArgs(how, a, stream, NULL);
     if (got == NULL) return -1;
@@ -641,7 +654,7 @@ static int read_foreign(const replayer* r, PyObject* how, PyObject* a, PyObject*
       PyErr_Clear();
       return 0;
     }
-    return read_tensor(r, api, &t, ordinal, handle, ptr, info, shape);
+    return read_tensor(r, api, &t, ordinal, handle, seen, ptr, info, shape);
   }
   dl_managed* m = NULL;
   if (api->managed_tensor_from_py_object_no_sync == NULL || api->managed_tensor_from_py_object_no_sync(a, &m) != 0 ||
@@ -649,7 +662,7 @@ static int read_foreign(const replayer* r, PyObject* how, PyObject* a, PyObject*
     PyErr_Clear();
     return 0;
   }
-  const int got = m->major == 1 ? read_tensor(r, api, &m->tensor, ordinal, handle, ptr, info, shape) : 0;
+  const int got = m->major == 1 ? read_tensor(r, api, &m->tensor, ordinal, handle, seen, ptr, info, shape) : 0;
   if (m->deleter != NULL) m->deleter(m);
   return got;
 }
@@ -732,6 +745,7 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
     if (PyErr_Occurred()) goto done;
   }
   long ordinal = -1;
+  struct producer_seen seen = {NULL, 0, NULL};
   parts[nparts++] = Py_NewRef(r->target_id);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* a = PyTuple_GetItem(args, i);
@@ -758,7 +772,10 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
         if (ordinal == -1 && PyErr_Occurred()) goto done;
       }
       kind[i] = ARG_FOREIGN;
-      const int ok = read_foreign(r, api, a, stream, ordinal, handle, &ptrs[i], &parts[nparts], &parts[nparts + 1]);
+      Py_INCREF(api); /* the reader runs Python: another thread may replace the dict's entry meanwhile */
+      const int ok =
+          read_foreign(r, api, a, stream, ordinal, handle, &seen, &ptrs[i], &parts[nparts], &parts[nparts + 1]);
+      Py_DECREF(api);
       if (ok < 0) goto done;
       if (ok == 0) goto decline;
       nparts += 2;
@@ -825,14 +842,14 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
     const struct call_facts c = {out, ptrs, kind, nargs, got, handle, dims};
     int rc = fill(&p->whole, p->b->nargs, &c, slot);
     if (rc != 0) goto filled;
-    int parts = 0;
+    int nsplit = 0;
     if (p->nparts) { /* split where every address the packs read is 16-byte aligned */
-      parts = p->nparts;
+      nsplit = p->nparts;
       for (int i = 0; i < p->b->nargs; ++i)
-        if ((p->aligned >> i & 1u) && (uintptr_t)slot[i].p % 16 != 0) parts = 0;
+        if ((p->aligned >> i & 1u) && (uintptr_t)slot[i].p % 16 != 0) nsplit = 0;
     }
-    for (int k = 0; k < (parts ? parts : 1); ++k) {
-      if (parts && (rc = fill(&p->part[k], p->b->nargs, &c, slot)) != 0) goto filled;
+    for (int k = 0; k < (nsplit ? nsplit : 1); ++k) {
+      if (nsplit && (rc = fill(&p->part[k], p->b->nargs, &c, slot)) != 0) goto filled;
       Py_BEGIN_ALLOW_THREADS
       rc = p->b->fn(slot);
       Py_END_ALLOW_THREADS

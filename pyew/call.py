@@ -421,7 +421,8 @@ def native_replayer(target, arity: int):
     if ext is None or not hasattr(ext, "replayer"):
         return None
     return ext.replayer(target, arity, _plans, rt.current_if_one_gpu, DeviceArray.new, DeviceArray,
-                        interop.replay_readers(), interop.dlpack_dtypes(), library.check, library, library.launch)
+                        interop.replay_readers(), interop.dlpack_dtypes(), library.check, library,
+                        library.LIBEW_LAUNCH)
 
 
 def plans() -> dict:

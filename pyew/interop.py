@@ -327,11 +327,11 @@ def _cupy_reader(cupy):
     def replayed(x, stream):
         """What a plan's C replay needs of x, or None where read() must run: a dtype not met yet, a
         layout or GPU to refuse, a producer's stream to wait for (one GPU: CuPy's current stream)."""
-        info = by_dtype.get(x.dtype)
-        if info is None or not x.flags.c_contiguous or x.device.id != stream.ordinal or \
-                current().ptr != stream.handle:
+        mem, info = x.data, by_dtype.get(x.dtype)
+        if info is None or mem.device_id != stream.ordinal or current().ptr != stream.handle or \
+                not x.flags.c_contiguous:
             return None
-        return x.data.ptr, info, x.shape
+        return mem.ptr, info, x.shape
 
     return read, replayed
 
@@ -343,8 +343,8 @@ _exchange: dict[type, object] = {}     # type -> how a plan's C replay reads it 
 def replay_readers() -> dict:
     """How a plan's C replay (pyew/_ewcall.c: replayer) reads the foreign types met so far: (the
     type's DLPack exchange API capsule, whether its arrays are read as plain tensors rather than
-    managed ones), or a function (x, stream) -> (address, dtype row, shape), or None where the
-    Python path must read x (CuPy's arrays, without that API)."""
+    managed ones), or, for CuPy's arrays (no such API), a function reader(x, stream) giving
+    (address, dtype row, shape), or None where x must go through the Python reader."""
     return _exchange
 
 

@@ -607,3 +607,16 @@ def test_host_rounds_take_turns_and_report_medians():
     assert sorted(got) == ["a", "b"] and notes == ["overhead add: c"]
     for fig in got.values():
         assert fig["us_per_call"] > 0 and fig["min_ms"] <= fig["ms"] and fig["calls"] >= 3
+
+
+def test_python_replay_turns_the_c_replay_off_for_its_block(monkeypatch):
+    real = library.LIBEW_LAUNCH
+    assert library.launch is real
+    with harness.python_replay():
+        inside = library.launch
+    assert inside is not real and inside.__code__ is real.__code__ and library.launch is real
+    stand_in = lambda *a: None          # noqa: E731
+    monkeypatch.setattr(library, "launch", stand_in)
+    with harness.python_replay():
+        assert library.launch is stand_in     # a stand-in already keeps the C replay off
+    assert library.launch is stand_in

@@ -194,6 +194,8 @@ def test_simulated_run(gpu, tmp_path, capsys):
     assert ("numpy", "add", "float16", 1 << 12, "numpy") in got
     assert ("numpy", "gelu", "float16", 1 << 12, "torch") in got
     assert not any(k[0] == "numpy" and k[2] not in ("float32", "float16") for k in got)
+    assert {r["name"] for r in doc["rows"] if r["suite"] == "overhead" and r["impl"] == "pyew, Python replay"} == {
+        "add", "mul by 0.5", "add (1,1)+(1,)", "add, torch operands", "add, cupy operands"}
     assert {r["impl"] for r in doc["rows"] if r["suite"] == "interop"} == {
         "DeviceArray", "torch", "torch + DeviceArray", "cupy", "cupy + DeviceArray"}
     assert {r["name"] for r in doc["rows"] if r["suite"] == "firstcall"} == {"relu", "sigmoid", "gelu", "add", "mul"}

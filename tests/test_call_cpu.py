@@ -571,3 +571,22 @@ def test_plans_keep_numbers_alone_and_params_apart(fakes, rng):
         assert (np.signbit(got) == np.signbit(want)).all(), alpha
     with pytest.raises(TypeError, match="must be a float"):
         pyew.scale(x, alpha=[1.0])
+
+
+def test_op_functions_made_under_the_stand_ins_launch_through_them(fakes, rng):
+    """The C replay runs only while launches go to libew's own `library.launch`, whenever the op
+    functions were made: functions made with a stand-in installed send every call to it."""
+    from pyew import kinds
+    _, kernels = fakes
+    kinds.reset()                           # the op functions made again, now, under the stand-in
+    a, b = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x, y = pyew.asarray(a), pyew.asarray(b)
+    before = len(kernels.launches)
+    for _ in range(3):                      # the first makes the plan, the others replay it
+        r = pyew.add(x, y)
+    assert kernels.launches[before:] == ["forward"] * 3
+    np.testing.assert_allclose(r.get(), a.astype(np.float64) + b, rtol=2**-24)
+    m = pyew.mul(x, 0.5)
+    m = pyew.mul(x, 0.5)
+    assert kernels.launches[before + 3:] == ["strided"] * 4      # each call: the whole packs, then the rest
+    np.testing.assert_array_equal(m.get(), a * np.float32(0.5))

@@ -223,3 +223,28 @@ def test_device_arrays_have_a_dask_token_without_a_copy(fakes, monkeypatch):
     d = pyew.asarray(np.arange(4, dtype=np.float32))
     monkeypatch.setattr(pyew.DeviceArray, "get", lambda *a, **k: pytest.fail("tokenize copied to the host"))
     assert da.tokenize(d) != da.tokenize(d)       # values that change in place, in reused memory: never reused
+
+
+def test_cupys_reader_for_the_c_replay(fake):
+    """What a plan's C replay asks of a CuPy array: its address, dtype row and shape where the
+    Python reader would take it without a wait; None (the Python reader then runs) for a dtype not
+    met yet, a non-contiguous array, another GPU, or CuPy's current stream not the call's."""
+    import types
+
+    current = types.SimpleNamespace(ptr=0)
+    mod = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda *a: current))
+    read, replayed = interop._cupy_reader(mod)
+
+    def array(contiguous=True, device=0, dtype=np.float32):
+        return types.SimpleNamespace(dtype=np.dtype(dtype), flags=types.SimpleNamespace(c_contiguous=contiguous),
+                                     device=types.SimpleNamespace(id=device), shape=(3, 4), strides=(16, 4),
+                                     data=types.SimpleNamespace(ptr=0xA000, device_id=device))
+    s = rt.DEFAULT_STREAM
+    assert replayed(array(), s) is None                      # float32 not met yet
+    assert read(array(), s, "add", "x").ptr == 0xA000         # the Python reader meets it
+    assert replayed(array(), s) == (0xA000, dt.BY_NAME["float32"], (3, 4))
+    assert replayed(array(contiguous=False), s) is None
+    assert replayed(array(device=1), s) is None
+    assert replayed(array(dtype=np.float64), s) is None
+    current.ptr = 0x77                                       # CuPy's own stream: the call must wait for it
+    assert replayed(array(), s) is None

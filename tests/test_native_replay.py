@@ -401,8 +401,20 @@ def test_native_forms_must_fit_their_entry(probe):
         ext.native(s.entry, [("o", 0), ("a", 0), ("a", 1), ("c", "3"), ("s", 0), ("d", 0), ("d", 1)], (3,), F32, 3)
     with pytest.raises(TypeError, match="must be dicts"):
         ext.replayer(s.target, 2, [], s.stream_of, s.new, DeviceArray, {}, {}, s.check, s, s.launches)
-    s.exchange[Tensor] = s.api                  # not an (API, plain) pair: left to Python
-    assert s.fn((Tensor(), Tensor())) is None
+
+
+@needs_ext
+def test_a_type_read_some_other_way_is_left_to_python(probe):
+    s = Setup(probe)
+    s.codes[2 | 32 << 8 | 1 << 16] = F32
+    _set_tensor(probe)
+    x = array(s.stream, 0x1000)
+    s.plan([x, x], [("o", 0), ("a", 0), ("a", 1), ("c", 3)])
+    s.exchange[Tensor] = (s.api, True)
+    assert s.fn((Tensor(), x)) is not None
+    for how in (s.api, (s.api,), (s.api, True, 0), None):     # not a reader, nor an (API, plain) pair
+        s.exchange[Tensor] = how
+        assert s.fn((Tensor(), x)) is None, how
 
 
 @needs_ext

@@ -7,12 +7,14 @@ import math
 import statistics
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .. import dtypes as dt
+from .. import library
 from .. import runtime as rt
 from ..array import DeviceArray, empty
 
@@ -236,11 +238,30 @@ def alternate(run, what: str, sides: dict, rounds: int, clock) -> dict:
 HOST_ROUNDS = 9
 
 
+@contextlib.contextmanager
+def python_replay():
+    """pyew's calls replayed by Python rather than by the C extension's replayer, which runs only
+    while launches go to libew's own `library.launch`: that function swapped for a copy of itself."""
+    real = library.launch
+    if real is not library.LIBEW_LAUNCH:        # a stand-in (the CPU tests'): no C replay to turn off
+        yield
+        return
+    library.launch = types.FunctionType(real.__code__, real.__globals__, "launch")
+    try:
+        yield
+    finally:
+        library.launch = real
+
+
 def host_rounds(run, what: str, sides: dict, sync=None, rounds: int = HOST_ROUNDS, budget_s: float = 0.25) -> dict:
     """host() of each side, the sides taking turns over `rounds` rounds so the host's drift (its
-    clock, its other load) hits all of them alike: per side, the median and the best round."""
-    turns = alternate(run, what, sides, rounds,
-                      lambda fn: host(fn, sync, budget_s / rounds, repeats=1))
+    clock, its other load) hits all of them alike: per side, the median and the best round. A side
+    is a function, or (function, context) to time it inside context() (python_replay)."""
+    def clock(side):
+        fn, around = side if isinstance(side, tuple) else (side, contextlib.nullcontext)
+        with around():
+            return host(fn, sync, budget_s / rounds, repeats=1)
+    turns = alternate(run, what, sides, rounds, clock)
     return {impl: {"ms": statistics.median(r["ms"] for r in got), "min_ms": min(r["min_ms"] for r in got),
                    "us_per_call": statistics.median(r["us_per_call"] for r in got),
                    "calls": sum(r["calls"] for r in got)} for impl, got in turns.items() if got}

@@ -17,7 +17,7 @@ from .. import runtime as rt
 from ..array import empty
 from ..interop import asarray
 from . import benchlib
-from .harness import Suite, Table, gpu, host_rounds, map_cases, random_device, rotation_slots
+from .harness import Suite, Table, gpu, host_rounds, map_cases, python_replay, random_device, rotation_slots
 
 UPSAMPLE_SHAPE, RELU_MASK_SHAPE, BATCH_SCALE = (16, 32, 80, 80), (16, 32, 112, 112), 8    # and 8x the batch
 DOT_N, API_DTYPES = 1 << 24, ("float32", "float16")
@@ -121,7 +121,8 @@ def run_dot(run) -> None:
 
 def run_overhead(run) -> None:
     """Host time per call on 1-element arrays (the GPU work negligible), pyew against its peers on the same
-    calls: two arrays, an array and a Python number, a row-bias broadcast, torch tensors; the raw entry is the floor."""
+    calls: two arrays, an array and a Python number, a row-bias broadcast, torch tensors; the raw entry is the floor,
+    and each pyew call is also timed replayed by Python rather than C."""
     fns = functions(run, "overhead", "add", "mul")
     if fns is None:
         return
@@ -142,6 +143,8 @@ def run_overhead(run) -> None:
         rows["add (1,1)+(1,)"][name] = functools.partial(p.mod.add, p.wrap(m), p.wrap(y))
         rows[f"add, {name} operands"] = {"pyew": functools.partial(fns["add"], p.wrap(x), p.wrap(y)),
                                          name: rows["add"][name]}
+    for calls in rows.values():      # what the C replay saves: the same call replayed by Python
+        calls["pyew, Python replay"] = (calls["pyew"], python_replay)
     for label, calls in rows.items():
         figures = host_rounds(run, f"overhead {label}", calls, rt.synchronize)
         for impl in calls:
