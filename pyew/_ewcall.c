@@ -12,6 +12,9 @@
    tensor's pointer, dtype, shape and strides, and its library's current stream, without building
    a capsule or reading attributes one by one.
 
+   And it replays a map op's planned calls (replayer, native): from a call's arguments to its
+   launch in one C call, for the calls whose Python replay (pyew/call.py) it mirrors.
+
    Built against the stable ABI: one file serves every Python from 3.11 on. */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN

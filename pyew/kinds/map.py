@@ -163,8 +163,7 @@ class MapOp:
     def function(self):
         """The op's Python function: on one GPU, a call whose plan is known replays it from here, in
         C where the plan has a native form, else one frame from the lookup to the launch; any other
-        goes through __call__ (under the
-        operands' GPU when there are several)."""
+        goes through __call__ (under the operands' GPU when there are several)."""
         general = make_function(self.name, self.__call__, self.signature(), self.doc(), ufunc=self.op.ufunc)
         one_gpu, current_stream = rt.only_one_gpu, rt.resolve_stream
         plan_key, plan_args, plans, replay, me = call.plan_key, call.plan_args, call.plans(), call.replay, self
