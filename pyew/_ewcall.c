@@ -893,7 +893,7 @@ PyDoc_STRVAR(replayer_doc,
 "A function of one argument, a call's positional arguments (a tuple), that replays the call's\n"
 "plan in C where the plan has a native() form and every argument is an array_type, a Python\n"
 "number, or a GPU array of a type in `exchange` on the call's stream and GPU; it returns the\n"
-"result, or None where the Python path must run the call (nothing was allocated or queued).\n"
+"result, or None where the Python path must run the call (nothing was launched).\n"
 "exchange maps a type to a reader, reader(x, stream) -> (address, dtype row, shape) or None, or\n"
 "to (its DLPack exchange API capsule, whether it is read as a plain tensor or a managed one).\n"
 "Keys are built as call.plan_key builds them: (id(target), then each array's dtype row and shape\n"
