@@ -15,7 +15,12 @@ NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
 # -gencode arch=compute_90,code=compute_90", which compiles every kernel twice (build times in
 # benchmarks/RESULTS.md, "Building the library").
 ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
+# -O2 is the host code's level (entry points, launch planning); ptxas optimizes device code at -O3
+# whatever nvcc's -O, so the kernels are the same as at -O3 and the host compile is cheaper.
+# LINEINFO=1 adds -lineinfo: source lines in compute-sanitizer's and the profilers' reports, for a
+# slower build and a larger library (benchmarks/RESULTS.md, "Building the library").
+LINEINFO ?=
+NVCCFLAGS ?= -O2 -std=c++17 $(if $(filter 1,$(LINEINFO)),-lineinfo)
 EXTRA_NVCCFLAGS ?=
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -29,7 +34,7 @@ shq = '$(subst ','\'',$(1))'
 # The manifest records the command that built the library (pyew repeats it when the library is
 # stale): SPEC and BUILD from the generator's arguments, and these variables when they were given
 # on make's command line.
-RECORDED_VARS := ARCH NVCC CUDA_HOME NVCCFLAGS EXTRA_NVCCFLAGS PYTHON
+RECORDED_VARS := ARCH NVCC CUDA_HOME NVCCFLAGS EXTRA_NVCCFLAGS LINEINFO PYTHON
 GEN_ARGS = --out $(call shq,$(BUILD)) --spec-list $(call shq,$(SPEC)) \
            $(foreach v,$(RECORDED_VARS),$(if $(filter command line,$(origin $(v))),--make-var $(call shq,$(v)=$($(v)))))
 # Generating and building hold $(BUILD)/.lock: two builds into one folder take turns.

@@ -247,7 +247,7 @@ cudaError_t plan_strided(StridedPlan<K>& p, int N, int64_t n, const int64_t* lay
     a.inner_one = 0;
     p.work = n;
   }
-  for (int r = 0; r < ndim; ++r) a.div[r] = FastDiv(static_cast<uint32_t>(std::min<int64_t>(a.size[r], INT32_MAX)));
+  for (int r = 0; r < ndim; ++r) a.div[r] = FastDiv(static_cast<uint32_t>(min_of<int64_t>(a.size[r], INT32_MAX)));
   return cudaSuccess;
 }
 

@@ -67,8 +67,8 @@ __global__ void dot_finalize_kernel(T* result, const S* sum) {
 }
 
 inline int dot_grid(int64_t packs, const Launch& l) {
-  const int64_t wave = std::max<int64_t>(1, int64_t(l.sms) * std::max(1, l.threads_per_sm / kBlock));
-  return static_cast<int>(std::max<int64_t>(1, std::min((packs + kBlock - 1) / kBlock, wave)));
+  const int64_t wave = max_of<int64_t>(1, int64_t(l.sms) * max_of(1, l.threads_per_sm / kBlock));
+  return static_cast<int>(max_of<int64_t>(1, min_of((packs + kBlock - 1) / kBlock, wave)));
 }
 
 // launch(w, grid) for the widest pack width w both inputs allow (nothing for n = 0).

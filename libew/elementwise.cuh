@@ -101,10 +101,10 @@ inline bool sm_limits(SmLimits& out) {
 inline int resident_cap_smem(const Launch& l, int block) {
   SmLimits s;
   if (l.threads_per_sm <= 0 || !sm_limits(s) || l.threads_per_sm >= s.threads) return 0;
-  const int blocks = std::max(1, l.threads_per_sm / block);
+  const int blocks = max_of(1, l.threads_per_sm / block);
   if (blocks >= s.threads / block) return 0;
   const int smem = s.smem / blocks / 1024 * 1024 - s.smem_reserved;   // blocks of it fit, blocks + 1 do not
-  return std::clamp(smem, 0, 48 * 1024 - s.smem_reserved);
+  return clamp_to(smem, 0, 48 * 1024 - s.smem_reserved);
 }
 
 // Blocks of `block` threads for `work` units of which each thread takes `per_thread` per trip,
@@ -112,10 +112,10 @@ inline int resident_cap_smem(const Launch& l, int block) {
 inline int grid_size(int64_t work, int per_thread, const Launch& l, int block = kBlock,
                      int waves = kWaves) {
   const int64_t per_block = int64_t(block) * per_thread;
-  const int64_t wanted = std::max<int64_t>(1, (work + per_block - 1) / per_block);
+  const int64_t wanted = max_of<int64_t>(1, (work + per_block - 1) / per_block);
   const int64_t cap = waves == 0 ? int64_t(INT32_MAX)
-                                 : std::max<int64_t>(1, int64_t(l.sms) * (l.threads_per_sm / block) * waves);
-  return static_cast<int>(std::min(wanted, cap));
+                                 : max_of<int64_t>(1, int64_t(l.sms) * (l.threads_per_sm / block) * waves);
+  return static_cast<int>(min_of(wanted, cap));
 }
 
 #endif  // __CUDACC_RTC__

@@ -155,7 +155,7 @@ inline constexpr int kUpsampleMaxK = 8 / int(sizeof(T)) > 0 ? 8 / int(sizeof(T))
 template <typename T>
 inline int upsample2x_pack(int64_t w, const T* in_side, const T* out_side) {
   constexpr int kMax = kUpsampleMaxK<T>;
-  int k = std::min(widest_pack<kMax>(in_side), widest_pack<2 * kMax>(out_side) / 2);
+  int k = min_of(widest_pack<kMax>(in_side), widest_pack<2 * kMax>(out_side) / 2);
   while (k > 1 && w % k != 0) k /= 2;
   return k;
 }
@@ -198,7 +198,7 @@ cudaError_t launch_upsample_forward(const Launch& l, T* y, const T* x, int64_t n
   const float sh = static_cast<float>(h) / static_cast<float>(oh);
   const float sw = static_cast<float>(w) / static_cast<float>(ow);
   const int grid = grid_size(s.n_out(), 1, l);
-  if (fits_i32(std::max(s.n_out(), s.n_in()), grid))
+  if (fits_i32(max_of(s.n_out(), s.n_in()), grid))
     upsample_forward_kernel<T, int32_t><<<grid, kBlock, 0, l.stream>>>(
         int32_t(s.n_out()), int32_t(h), int32_t(w), int32_t(oh), int32_t(ow), sh, sw, x, y);
   else
@@ -222,7 +222,7 @@ cudaError_t launch_upsample_backward(const Launch& l, T* dx, const T* dy, int64_
   const float th = static_cast<float>(oh) / static_cast<float>(h);
   const float tw = static_cast<float>(ow) / static_cast<float>(w);
   const int grid = grid_size(s.n_in(), 1, l);
-  if (fits_i32(std::max(s.n_out(), s.n_in()), grid))
+  if (fits_i32(max_of(s.n_out(), s.n_in()), grid))
     upsample_backward_kernel<T, Acc, int32_t><<<grid, kBlock, 0, l.stream>>>(
         int32_t(s.n_in()), int32_t(h), int32_t(w), int32_t(oh), int32_t(ow), th, tw, dy, dx);
   else

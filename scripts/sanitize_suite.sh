@@ -3,7 +3,7 @@
 # synccheck by default), each into $LOG_DIR/sanitize-<tool>.log, then one summary line per tool: the
 # sanitizer's error count and pytest's result. With a GPU per tool (all GPUs, or those in GPUS,
 # e.g. GPUS="2 3") the tools run at once, one GPU each (CUDA_VISIBLE_DEVICES), else one after
-# another.
+# another. For source lines in the reports, build the library with `make all LINEINFO=1` first.
 #
 #   bash scripts/sanitize_suite.sh [tool ...]   # env: LOG_DIR (default gpu-out), LIMIT_S (seconds per
 #                                               # tool, default 1800), MARK (default "gpu and not slow")
