@@ -361,7 +361,7 @@ static PyObject* dlpack_view(PyObject* module, PyObject* const* args, Py_ssize_t
 #define EWCALL_REPLAYER "pyew._ewcall.replayer"
 
 /* where a slot of the entry's arguments comes from */
-enum { SRC_OUT = 'o', SRC_ARG = 'a', SRC_NUM = 'n', SRC_CONST = 'c', SRC_STREAM = 's', SRC_DIM = 'd' };
+enum { SRC_OUT = 'o', SRC_ARG = 'a', SRC_NUM = 'n', SRC_CONST = 'c', SRC_STREAM = 's', SRC_DIM = 'd', SRC_ARRAYS = 'A' };
 
 /* One way of calling the entry: each argument's source, index, byte offset and constant. */
 typedef struct {
@@ -381,6 +381,8 @@ typedef struct {
   PyObject* size;
   int64_t n;
   int numbers; /* whether a slot takes a number (the plan's numbers() gives their addresses) */
+  int declines; /* whether `decline_rc` from the entry means "not launched: leave the call to Python" */
+  int decline_rc;
   int nparts;  /* launches that replace `whole` where every address in `aligned` is a multiple of 16 */
   uint32_t aligned;
   native_form whole, part[EWCALL_MAX_PARTS];
@@ -397,14 +399,17 @@ static void free_native(PyObject* capsule) {
 }
 
 PyDoc_STRVAR(native_doc,
-"native(entry, slots, shape, info, size, parts=(), aligned=()) -> capsule\n\n"
+"native(entry, slots, shape, info, size, parts=(), aligned=(), declines=None) -> capsule\n\n"
 "How a plan's entry is called in C: entry is a function bind() made; slots gives each of its\n"
 "arguments as (source, value) or (source, value, byte_offset): ('o', 0) the result's address,\n"
 "('a', i) the address of array argument i, ('n', j) the plan's j-th number, ('c', v) the\n"
 "constant v (converted by the argument's kind), ('s', 0) the stream's handle, ('d', k) the\n"
-"stream's k-th launch dimension. shape, info and size are the result's, as DeviceArray.new takes\n"
-"them. parts: other slot lists, launched in turn instead of slots where every address at the\n"
-"slot indices `aligned` is a multiple of 16 (a call split into whole 16-byte packs and the rest).\n"
+"stream's k-th launch dimension, ('A', 0) the address of an array holding the addresses of the\n"
+"call's array arguments in order (its numbers skipped). shape, info and size are the result's, as\n"
+"DeviceArray.new takes them. parts: other slot lists, launched in turn instead of slots where every\n"
+"address at the slot indices `aligned` is a multiple of 16 (a call split into whole 16-byte packs\n"
+"and the rest). declines: a return code of the entry that means it launched nothing and the call\n"
+"goes to Python (a kernel still to compile), where it is not parts' second launch.\n"
 "TypeError for an entry bind() did not make; ValueError for slots that do not fit its arguments.");
 
 /* Reads one slot list into f; -1 with an exception where it does not fit the entry. */
@@ -427,7 +432,7 @@ static int read_form(const bound* b, PyObject* given, native_form* f, int* numbe
     PyObject* value = PyTuple_GetItem(slot, 1);
     Py_ssize_t klen;
     const char* k = PyUnicode_Check(kind) ? PyUnicode_AsUTF8AndSize(kind, &klen) : NULL;
-    if (k == NULL || klen != 1 || !strchr("oancsd", k[0])) {
+    if (k == NULL || klen != 1 || !strchr("oancsdA", k[0])) {
       PyErr_Clear();
       PyErr_Format(PyExc_ValueError, "native: %s: slot %zd has an unknown source %R", b->symbol, i, kind);
       goto fail;
@@ -441,7 +446,8 @@ static int read_form(const bound* b, PyObject* given, native_form* f, int* numbe
     if (v == -1 && PyErr_Occurred()) goto fail;
     /* an address goes where the entry takes one; a launch dimension where it takes an int */
     const char want = k[0] == SRC_DIM ? 'i' : 'p';
-    if (b->kinds[i] != want || v < 0 || v >= EWCALL_MAX_ARGS || (k[0] == SRC_DIM && v > 1)) {
+    if (b->kinds[i] != want || v < 0 || v >= EWCALL_MAX_ARGS || (k[0] == SRC_DIM && v > 1) ||
+        (k[0] == SRC_ARRAYS && v != 0)) {
       PyErr_Format(PyExc_ValueError, "native: %s: slot %zd (%s, %ld) does not fit argument kind %c", b->symbol, i,
                    k, v, b->kinds[i]);
       goto fail;
@@ -462,9 +468,9 @@ fail:
 
 static PyObject* native(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
-  if (nargs != 5 && nargs != 7) {
-    PyErr_SetString(PyExc_TypeError, "native(entry, slots, shape, info, size, parts=(), aligned=()) takes 5 or 7 "
-                                     "arguments");
+  if (nargs != 5 && nargs != 7 && nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "native(entry, slots, shape, info, size, parts=(), aligned=(), declines=None) "
+                                     "takes 5, 7 or 8 arguments");
     return NULL;
   }
   PyObject* self = PyCFunction_Check(args[0]) ? PyCFunction_GetSelf(args[0]) : NULL;
@@ -479,7 +485,17 @@ static PyObject* native(PyObject* module, PyObject* const* args, Py_ssize_t narg
   native_plan* p = (native_plan*)calloc(1, sizeof(native_plan));
   if (p == NULL) return PyErr_NoMemory();
   if (read_form(b, args[1], &p->whole, &p->numbers) < 0) goto fail;
-  if (nargs == 7) {
+  if (nargs == 8 && args[7] != Py_None) {
+    const long rc = PyLong_AsLong(args[7]);
+    if (rc == -1 && PyErr_Occurred()) goto fail;
+    if (rc == 0 || rc < INT_MIN || rc > INT_MAX) {
+      PyErr_Format(PyExc_ValueError, "native: %s: declines=%ld is not a failure code", b->symbol, rc);
+      goto fail;
+    }
+    p->declines = 1;
+    p->decline_rc = (int)rc;
+  }
+  if (nargs >= 7) {
     if ((parts = PySequence_Tuple(args[5])) == NULL || (aligned = PySequence_Tuple(args[6])) == NULL) goto fail;
     if (PyTuple_Size(parts) > EWCALL_MAX_PARTS) {
       PyErr_Format(PyExc_ValueError, "native: at most %d parts", EWCALL_MAX_PARTS);
@@ -685,6 +701,7 @@ struct call_facts {
   const uintptr_t* ptrs;
   const char* kind;
   Py_ssize_t nargs;
+  const void* const* arrays; /* the array arguments' addresses, in order */
   PyObject* got; /* the plan's numbers' addresses, or NULL */
   void* handle;
   PyObject* dims;
@@ -710,6 +727,7 @@ static int fill(const native_form* f, int nslots, const struct call_facts* c, ew
       }
       case SRC_CONST: slot[i] = f->value[i]; break;
       case SRC_STREAM: slot[i].p = c->handle; break;
+      case SRC_ARRAYS: slot[i].p = (const void*)c->arrays; break;
       case SRC_DIM: {
         PyObject* v = PyTuple_Check(c->dims) && j < PyTuple_Size(c->dims) ? PyTuple_GetItem(c->dims, j) : NULL;
         if (v == NULL) return 1;
@@ -842,7 +860,10 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
     dims = PyObject_GetAttr(stream, s_dims);
     if (dims == NULL) goto done;
     ew_arg slot[EWCALL_MAX_ARGS];
-    const struct call_facts c = {out, ptrs, kind, nargs, got, handle, dims};
+    const void* arrays[EWCALL_MAX_ARGS];
+    for (Py_ssize_t i = 0, k = 0; i < nargs; ++i)
+      if (kind[i] != ARG_NUMBER) arrays[k++] = (const void*)ptrs[i];
+    const struct call_facts c = {out, ptrs, kind, nargs, arrays, got, handle, dims};
     int rc = fill(&p->whole, p->b->nargs, &c, slot);
     if (rc != 0) goto filled;
     int nsplit = 0;
@@ -856,6 +877,7 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
       Py_BEGIN_ALLOW_THREADS
       rc = p->b->fn(slot);
       Py_END_ALLOW_THREADS
+      if (rc != 0 && p->declines && rc == p->decline_rc && k == 0) goto decline;
       if (rc != 0) {
         PyObject* raised = PyObject_CallFunction(r->check, "is", rc, p->b->symbol);
         Py_XDECREF(raised);

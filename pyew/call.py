@@ -430,6 +430,11 @@ def plans() -> dict:
     return _plans
 
 
+def forget_plans() -> None:
+    """Drop every plan (they are made again on their next call)."""
+    _plans.clear()
+
+
 def find_plan(key, target) -> Plan | None:
     plan = _plans.get(key) if key is not None else None
     return plan if plan is not None and plan.target is target else None

@@ -440,14 +440,19 @@ class Program:
             self.lib.check(rc, f"formula {self.text!r}")
         return True
 
+    def slots_on(self, ordinal: int) -> jit.Slots:
+        """The formula's kernel slots on a GPU, made empty on first use."""
+        slots = self.slots.get(ordinal)
+        if slots is None:
+            slots = self.slots.setdefault(ordinal, jit.slots_for(ordinal, self.lib.jit_slot_count))
+        return slots
+
     def launch_ptrs(self, in_ptrs, out_ptr: int, out_shape, stream, blob, lay, n: int | None = None) -> None:
         if n is None:
             n = math.prod(out_shape)
         if n == 0:
             return
-        slots = self.slots.get(stream.ordinal)
-        if slots is None:
-            slots = self.slots.setdefault(stream.ordinal, jit.slots_for(stream.ordinal, self.lib.jit_slot_count))
+        slots = self.slots_on(stream.ordinal)
         ptrs = pyarray.array("Q", in_ptrs)      # the pointers as one C array
         blob_at = ctypes.addressof(blob)
         lay_at = 0 if lay is None else ctypes.addressof(lay)
@@ -489,6 +494,28 @@ def program(tree, args: tuple[Arg, ...], text: str) -> Program:
 
 _fallback_warned = False
 _plans = call.plans()
+_replayers: dict = {}               # id(tree) -> (tree, its C replayer or None)
+_REPLAYERS_MAX = 256
+_seen_version = [specs.version()]
+
+
+def _replayer(tree, arity: int):
+    """The C function that replays the tree's plans (call.native_replayer), made once per tree."""
+    got = _replayers.get(id(tree))
+    if got is None or got[0] is not tree:
+        if len(_replayers) >= _REPLAYERS_MAX:
+            _replayers.clear()
+        got = _replayers[id(tree)] = (tree, call.native_replayer(tree, arity))
+    return got[1]
+
+
+def _current() -> None:
+    """Plans are kept by the tree's identity and the operands: those made before load_spec loaded
+    another definition of an op are dropped, so none runs a kernel of the old one."""
+    v = specs.version()
+    if v != _seen_version[0]:
+        call.forget_plans()
+        _seen_version[0] = v
 
 
 def run(tree, values: dict, text: str, out=None, stream=None, names=None):
@@ -496,9 +523,18 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     names: the tree's variables, where the caller has them."""
     if names is None:
         names = formula.variables(tree)
+    _current()
+    if out is None and stream is None:
+        # a call like one before on GPU arrays (pyew's, torch's, CuPy's) and numbers on the only GPU:
+        # its plan, replayed in C from the lookup to the launch
+        native = _replayer(tree, len(names))
+        if native is not None:
+            res = native(tuple([values[n] for n in names]))
+            if res is not None:
+                return res
     if out is None and stream is None and rt.only_one_gpu():
-        # a call like one before on pyew's arrays and numbers: its plan, one frame from the lookup to
-        # the launch (numpy operands, another library's arrays and anything else: below)
+        # else in one Python frame from the lookup to the launch (numpy operands, another library's
+        # arrays and anything else: below)
         vals = [values[n] for n in names]
         key = _plan_key(tree, vals)
         plan = _plans.get(key) if key is not None else None
@@ -593,7 +629,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         device = True
         call.check_alias(o, arrays, text)
     if key is not None and plan is None and device and all(a.kind == DEVICE for a in arrays):
-        plan = _plan(tree, prog, operands, shape, blob)
+        plan = _plan(tree, prog, operands, shape, blob, s)
         call.keep_plan(key, plan)
         res = call.replay(plan, vals, o, s)
         if res is not None:
@@ -607,20 +643,24 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
 
 
 def _plan_key(tree, vals):
-    key = call.plan_key(tree, vals)
-    return None if key is None else (key, specs.version())
+    return call.plan_key(tree, vals)
 
 
-def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
+def _addressed(packed: ctypes.Array) -> tuple[int, ctypes.Array]:
+    return ctypes.addressof(packed), packed
+
+
+def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
     """The plan of a formula's call on GPU arrays and Python numbers: the layout of its
     broadcast (None where every array has the result's shape), the numbers of each call checked
-    and packed into the functor's bytes."""
+    and packed into the functor's bytes (their address, and the bytes); its native form calls
+    ew_jit_map, which declines a launch whose kernel is still to compile (Python compiles it)."""
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
     ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
-    packed_of = call.reuse_last(prog.packed)
+    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
@@ -632,12 +672,21 @@ def _plan(tree, prog: Program, operands, shape, blob) -> call.Plan:
     def launch(out_ptr, args, packed, s, _alive=(blob, layout)):     # libew reads them by address
         ptrs = pyarray.array("Q", [args[i].ptr for i in array_at])
         slots = slots_of(s.ordinal)
-        if slots is not None and n and map_(slots, blob_at if packed is None else ctypes.addressof(packed), n,
+        if slots is not None and n and map_(slots, blob_at if packed is None else packed[0], n,
                                             out_ptr, ptrs, lay_at, s, slots.need_at):
             return
         # a kernel to compile first (or none to launch): the general launch
-        launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed, layout, n)
-    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch)
+        launch_ptrs(ptrs, out_ptr, shape, s, blob if packed is None else packed[1], layout, n)
+
+    native = None
+    if prog.lib.ext is not None:        # the C extension replays it
+        slots = prog.slots_on(s.ordinal)
+        native = library.native(
+            prog.lib.jit_map, [("c", slots.table_at), ("c", prog.tuning), ("n", 0) if numbers_at else ("c", blob_at),
+                               ("c", n), ("o", 0), ("A", 0), ("c", len(array_at)), ("c", prog.out.itemsize),
+                               ("c", prog.in_sizes_at), ("c", lay_at), ("c", slots.overlap), ("c", slots.need_at)],
+            shape, prog.out, n, declines=jit.MISSING)
+    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, native=native)
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
@@ -747,7 +796,11 @@ class Fused:
         self.signature = inspect.signature(fn)
         self.trees: dict = {}
         self.static: set[str] = set()      # number arguments an op's param takes: traced by value
-        self.varargs = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
+        params = self.signature.parameters.values()
+        self.varargs = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+        # a call that gives every parameter by position binds without inspect (a few microseconds less)
+        plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        self.positional = tuple(self.signature.parameters) if plain else None
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj, objtype=None):
@@ -755,12 +808,21 @@ class Fused:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, out=None, stream=None, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        leaves = _leaves(self.signature, bound.arguments) if self.varargs else bound.arguments
+        names = self.positional
+        if names is not None and not kwargs and len(args) == len(names):
+            arguments = leaves = dict(zip(names, args))
+        else:
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
+            leaves = _leaves(self.signature, arguments) if self.varargs else arguments
         while True:
-            static = {k for k in self.static if _number(leaves.get(k))} if self.static else self.static
-            key = tuple((k, _value_key(v) if k in static else _kind_of(k, v)) for k, v in leaves.items())
+            if self.static:
+                static = {k for k in self.static if _number(leaves.get(k))}
+                key = tuple([(k, _value_key(v) if k in static else _kind_of(k, v)) for k, v in leaves.items()])
+            else:
+                static = self.static
+                key = tuple([(k, _kind_of(k, v)) for k, v in leaves.items()])
             traced = self.trees.get(key)
             if traced is not None:
                 break
@@ -768,8 +830,8 @@ class Fused:
                 self.trees.clear()
             proxies = {k: v if k in static or not _operand(v) else formula.Traced(Var(k)) for k, v in leaves.items()}
             try:
-                r = self.fn(*_rebuilt(self.signature, bound.arguments, proxies, positional=True),
-                            **_rebuilt(self.signature, bound.arguments, proxies, positional=False))
+                r = self.fn(*_rebuilt(self.signature, arguments, proxies, positional=True),
+                            **_rebuilt(self.signature, arguments, proxies, positional=False))
             except formula.NeedsValue as e:
                 arrays = [n for n in e.names if not _number(leaves.get(n))]
                 if not arrays and not static >= set(e.names):
@@ -784,7 +846,8 @@ class Fused:
             traced = self.trees[key] = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
             break
         tree, used, text = traced
-        return run(tree, {k: leaves[k] for k in used}, text, out=out, stream=stream, names=used)
+        values = leaves if len(used) == len(leaves) else {k: leaves[k] for k in used}
+        return run(tree, values, text, out=out, stream=stream, names=used)
 
 
 def _leaves(sig: inspect.Signature, arguments) -> dict:
@@ -844,12 +907,25 @@ def _operand(v) -> bool:
         (not isinstance(v, type) and getattr(v, "dtype", None) is not None)
 
 
+_ARRAY_TYPES: set = set()       # types whose objects _kind_of has seen to be arrays with hashable dtypes
+
+
 def _kind_of(name: str, v):
     """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
+    t = type(v)
+    if t is DeviceArray or t is np.ndarray or t in _ARRAY_TYPES:
+        return v.dtype
+    if t is float or t is int:
+        return t
     if python_number(v) and not isinstance(v, bool) or isinstance(v, (list, tuple)):
         return type(v)                  # its values are the call's, not the trace's
     if _operand(v):
-        return str(v.dtype)
+        d = v.dtype
+        if type(d).__hash__ is None:
+            return str(d)
+        if len(_ARRAY_TYPES) < 64:
+            _ARRAY_TYPES.add(t)         # another library's arrays: known by their type from now on
+        return d
     try:
         hash(v)
     except TypeError:

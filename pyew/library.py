@@ -22,6 +22,7 @@ import json
 import os
 import sysconfig
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -353,17 +354,20 @@ def check(rc: int, where: str) -> None:
     get().check(rc, where)
 
 
-def native(entry: Entry, slots, shape: tuple, info: dt.DType, n: int, parts=(), aligned=()):
-    """How the C extension calls `entry` for a plan (pyew/_ewcall.c: native): each argument's
-    source (the result, an array argument, a number, a constant; an address may carry a byte
-    offset), then the launch context; `parts` launch instead where the slots `aligned` hold
-    16-byte aligned addresses. None without the extension, or for an entry it does not call."""
+def native(entry: Entry | Callable, slots, shape: tuple, info: dt.DType, n: int, parts=(), aligned=(),
+           declines: int | None = None):
+    """How the C extension calls `entry` (an Entry, or a function the library bound, such as
+    jit_map) for a plan (pyew/_ewcall.c: native): each argument's source (the result, an array
+    argument, a number, a constant, the array arguments' addresses as one array; an address may
+    carry a byte offset), then the launch context; `parts` launch instead where the slots `aligned`
+    hold 16-byte aligned addresses; `declines`, a return code that leaves the call to Python. None
+    without the extension, or for an entry it does not call."""
     ext = get().ext
     if ext is None or not hasattr(ext, "native"):
         return None
     context = (("s", 0), ("d", 0), ("d", 1))
     try:
-        return ext.native(entry.fn, (*slots, *context), shape, info, n,
-                          tuple((*part, *context) for part in parts), tuple(aligned))
+        return ext.native(entry.fn if isinstance(entry, Entry) else entry, (*slots, *context), shape, info, n,
+                          tuple((*part, *context) for part in parts), tuple(aligned), declines)
     except (TypeError, ValueError):
         return None

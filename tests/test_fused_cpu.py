@@ -227,6 +227,33 @@ def test_fuse_traces_again_for_other_values_of_other_arguments(fakes):
                                   np.arange(-2, 2, dtype=np.float32) * np.array([1.5, 2, 3, 4]))
 
 
+def test_fuse_binds_positional_calls_as_inspect_does(fakes):
+    """A call that gives every argument by position (bound without inspect) traces and runs as the
+    same call by keyword does; wrong argument counts still get Python's TypeError."""
+    a = np.arange(-2, 2, dtype=np.float32)
+    d = pyew.asarray(a)
+
+    @pyew.fuse
+    def f(x, k=2.0):
+        return x * k
+    np.testing.assert_array_equal(f(d, 3.0).get(), a * 3)
+    np.testing.assert_array_equal(f(x=d, k=3.0).get(), a * 3)
+    np.testing.assert_array_equal(f(d).get(), a * 2)
+    assert len(f.trees) == 1
+    with pytest.raises(TypeError, match="too many positional"):
+        f(d, 1.0, 2.0)
+    with pytest.raises(TypeError, match="missing"):
+        f()
+
+    @pyew.fuse
+    def g(x, *, k):
+        return x * k
+    assert g.positional is None
+    np.testing.assert_array_equal(g(d, k=2.0).get(), a * 2)
+    with pytest.raises(TypeError, match="positional"):
+        g(d, 2.0)
+
+
 @pytest.fixture
 def nvrtc_ok(vocab):
     why = jit.unavailable()

@@ -23,8 +23,11 @@ PROBE = r"""
 ew_arg seen[12], history[4][12];
 int calls;
 int rc_next;
+int arrays_at = -1;         /* the slot holding the address of the array arguments' addresses */
+uint64_t arrays_seen[4];
 int probe_packed(const ew_arg* a) {
   memcpy(seen, a, sizeof seen);
+  if (arrays_at >= 0) memcpy(arrays_seen, a[arrays_at].p, sizeof arrays_seen);
   memcpy(history[calls % 4], a, sizeof seen);
   ++calls;
   return rc_next;
@@ -80,6 +83,8 @@ class Probe:
         self.history = ((ctypes.c_uint64 * 12) * 4).in_dll(lib, "history")
         self.calls = ctypes.c_int.in_dll(lib, "calls")
         self.rc = ctypes.c_int.in_dll(lib, "rc_next")
+        self.arrays_at = ctypes.c_int.in_dll(lib, "arrays_at")
+        self.arrays_seen = (ctypes.c_uint64 * 4).in_dll(lib, "arrays_seen")
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +251,37 @@ def test_a_split_launch_where_the_packs_are_aligned(probe):
         s.ext.native(s.entry, (*whole, ("s", 0), ("d", 0), ("d", 1)), (11,), F32, 11, [], [3])
     with pytest.raises(ValueError, match="at most 2 parts"):
         s.ext.native(s.entry, (*whole, ("s", 0), ("d", 0), ("d", 1)), (11,), F32, 11, [whole] * 3, [])
+
+
+@needs_ext
+def test_the_array_arguments_as_one_array_and_a_declining_return_code(probe):
+    """A formula's entry (ew_jit_map) takes its arrays' addresses as one array, the numbers
+    skipped; its return code for a kernel still to compile leaves the call to Python (None, no
+    error) where a native form names it as declining."""
+    s = Setup(probe, arity=3)
+    context = (("s", 0), ("d", 0), ("d", 1))
+    x, y = array(s.stream, 0x1000), array(s.stream, 0x2000)
+    native = s.ext.native(s.entry, (("o", 0), ("A", 0), ("n", 0), ("c", 3), *context), (3,), F32, 3, (), (), -1)
+    s.plans[call.plan_key(s.target, [x, 0.5, y])] = call.Plan(s.target, (3,), F32, [0, 2], [1],
+                                                              lambda a, st: (0xC0DE,), None, native=native)
+    probe.arrays_at.value = 1
+    try:
+        res = s.fn((x, 0.5, y))
+        assert list(probe.arrays_seen[:2]) == [0x1000, 0x2000]
+        assert s.seen(7)[:1] + s.seen(7)[2:] == [res.ptr, 0xC0DE, 3, 7, 132, 2048]
+        probe.rc.value = -1
+        before = probe.calls.value
+        assert s.fn((x, 0.5, y)) is None            # declined: nothing raised, Python runs the call
+        assert probe.calls.value == before + 1
+    finally:
+        probe.rc.value = 0
+        probe.arrays_at.value = -1
+    with pytest.raises(ValueError, match="declines=0 is not a failure code"):
+        s.ext.native(s.entry, (("o", 0), ("A", 0), ("n", 0), ("c", 3), *context), (3,), F32, 3, (), (), 0)
+    with pytest.raises(ValueError, match="does not fit"):
+        s.ext.native(s.entry, (("o", 0), ("A", 1), ("n", 0), ("c", 3), *context), (3,), F32, 3)
+    with pytest.raises(ValueError, match="does not fit"):        # the arrays' addresses where an int goes
+        s.ext.native(s.entry, (("o", 0), ("a", 0), ("n", 0), ("A", 0), *context), (3,), F32, 3)
 
 
 @needs_ext

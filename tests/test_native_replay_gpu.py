@@ -170,3 +170,67 @@ def test_cupy_arrays_replay_in_c(cupy, rng):
         res, names = _frames(pyew.add, c, d)
     assert "import_device" in names
     np.testing.assert_allclose(res.get(), a.astype(np.float64) + b, rtol=2**-24, atol=0)
+
+
+FORMULA_PYTHON = PYTHON_REPLAY | {"_run_fused", "launch_ptrs", "map"}
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 4099, 1 << 20])
+def test_formulas_replay_in_c(rng, n):
+    """pyew.fuse and pyew.evaluate on DeviceArrays and numbers, broadcasts included: the formula's
+    plan replayed in C through ew_jit_map, with numpy's results in float64."""
+    _native()
+    a, b = random_array(rng, n, "float32"), random_array(rng, n, "float32")
+    c = random_array(rng, (3, n), "float32").reshape(3, n) if n else np.zeros((3, 0), np.float32)
+    x, y, m = pyew.asarray(a), pyew.asarray(b), pyew.asarray(c)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    fma = pyew.fuse(lambda x, w, b: x * w + b)
+    cases = [
+        (fma, (x, y, 0.5), a64 * b64 + 0.5),
+        (fma, (m, y, x), c.astype(np.float64) * b64 + a64),                  # a broadcast: the strided kernels
+        (lambda: pyew.evaluate("exp(x) * y", local_dict={"x": x, "y": y}), (), np.exp(a64) * b64),
+    ]
+    for fn, args, want in cases:
+        fn(*args)                                                   # compiles, makes the plan
+        _fresh(want.shape, "float32")
+        res, names = _frames(fn, *args)
+        assert not FORMULA_PYTHON & set(names), names
+        assert res.shape == want.shape and res.dtype == np.float32
+        np.testing.assert_allclose(res.get(), want, rtol=4e-6, atol=1e-30)
+
+
+def test_a_formula_kernel_still_to_compile_goes_to_python_once(rng):
+    """A view at another alignment has the same plan but needs another kernel: C declines the
+    call, Python compiles the kernel and launches it, and the next such call replays in C."""
+    _native()
+    a = random_array(rng, 4100, "float32")
+    base = pyew.asarray(a)
+    f = pyew.fuse(lambda x: x * 3 - 1)
+    want = a.astype(np.float64) * 3 - 1
+    f(base[0:4099])
+    f(base[0:4099])
+    for round_ in range(2):
+        _fresh((4099,), "float32")
+        res, names = _frames(f, base[1:4100])
+        assert ("launch_ptrs" in names) == (round_ == 0), names
+        np.testing.assert_allclose(res.get(), want[1:4100], rtol=2**-22, atol=0)
+
+
+def test_formulas_on_torch_tensors_replay_in_c(torch_cuda, rng):
+    torch = torch_cuda
+    _native()
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no DLPack C exchange API")
+    a, b = random_array(rng, 4099, "float32"), random_array(rng, 4099, "float32")
+    t, u = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    f = pyew.fuse(lambda x, w, b: pyew.relu(x * w + b))
+    f(t, u, 0.25)
+    _fresh((4099,), "float32")
+    res, names = _frames(f, t, u, 0.25)
+    assert not FORMULA_PYTHON & set(names), names
+    want = np.maximum(a.astype(np.float64) * b + 0.25, 0)
+    np.testing.assert_allclose(res.get(), want, rtol=2**-22, atol=0)
+    with pyew.Stream():                 # pyew's own stream: the producer's work is waited for in Python
+        res, names = _frames(f, t, u, 0.25)
+    assert "import_device" in names
+    np.testing.assert_allclose(res.get(), want, rtol=2**-22, atol=0)

@@ -1,6 +1,7 @@
 """The fusion suite: formulas as one kernel on the GPU against their bytes' floor at the copy rate and the
 peers, numpy in and out (numexpr has no erf: it computes gelu's tanh form), first calls (compiling, and
-in a new process from the disk cache) and a cached formula's host time on 1-element arrays."""
+in a new process from the disk cache) and a cached formula's host time on 1-element arrays, through
+pyew.evaluate and pyew.fuse."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +16,7 @@ import numpy as np
 from .. import kinds
 from .. import runtime as rt
 from ..array import empty
-from ..fused import evaluate
+from ..fused import evaluate, fuse
 from ..interop import asarray
 from . import suite_numpy
 from .harness import Suite, Table, gpu, host, random_device, random_host_n
@@ -126,8 +127,15 @@ def _compile_times(run, table) -> None:
                 run.note(f"fusion: the new-process run failed: {r.stderr.strip().splitlines()[-1:]}")
         finally:
             os.environ.pop("PYEW_CACHE_DIR") if old is None else os.environ.__setitem__("PYEW_CACHE_DIR", old)
-    for impl, fn in (("pyew.evaluate", functools.partial(evaluate, "x * w + b", dict(x=x1, w=x1, b=x1))),
-                     ("pyew.add", functools.partial(table["add"], x1, x1))):
+    fused_fn = fuse(lambda x, w, b: x * w + b)
+    calls = [("pyew.evaluate", functools.partial(evaluate, "x * w + b", dict(x=x1, w=x1, b=x1))),
+             ("pyew.fuse", functools.partial(fused_fn, x1, x1, x1)),
+             ("pyew.add", functools.partial(table["add"], x1, x1))]
+    if "torch" in run.peers:
+        t1 = run.peers["torch"].wrap(x1)
+        calls += [("pyew.fuse, torch tensors", functools.partial(fused_fn, t1, t1, t1)),
+                  ("PyTorch eager, x * w + b", lambda: t1 * t1 + t1)]
+    for impl, fn in calls:
         run.measure("fusion host", "1 element", "float32", 1, impl, functools.partial(host, fn))
 
 
