@@ -355,7 +355,8 @@ static PyObject* dlpack_view(PyObject* module, PyObject* const* args, Py_ssize_t
    where each argument of its entry comes from. Anything this code does not handle (keywords, an
    operand it cannot read here, a plan without `native`, a foreign array that needs a stream wait,
    a number the plan's numbers() refuses) makes it return None before anything is allocated or
-   launched, and the Python path runs the call. */
+   launched, and the Python path runs the call; so does an entry's declining return code (a
+   formula's kernel still to compile), after the result was allocated but before any launch. */
 
 #define EWCALL_NATIVE "pyew._ewcall.native"
 #define EWCALL_REPLAYER "pyew._ewcall.replayer"

@@ -143,6 +143,7 @@ class Program:
         self.tree = tree
         self.text = text
         self.lib = library.get()
+        self.version = specs.version()
         self.vocab = vocabulary()       # the ops as loaded now: a later definition makes another Program
         self.arrays = [a for a in args if a.array]
         self.scalars = [a for a in args if not a.array]
@@ -596,7 +597,6 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     # pyew's arrays and numbers on the only GPU need no import (plan_args checks each array's GPU)
-    # the plans of a formula are kept per version of the loaded ops (load_spec may redefine one)
     key = _plan_key(tree, vals) if rt.only_one_gpu() else None
     dev = vals if key is not None else call.plan_args(vals, s, text, names)
     plan = None
@@ -630,7 +630,8 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         call.check_alias(o, arrays, text)
     if key is not None and plan is None and device and all(a.kind == DEVICE for a in arrays):
         plan = _plan(tree, prog, operands, shape, blob, s)
-        call.keep_plan(key, plan)
+        if prog.version == specs.version():     # else load_spec redefined an op meanwhile: not kept
+            call.keep_plan(key, plan)
         res = call.replay(plan, vals, o, s)
         if res is not None:
             return res
@@ -913,8 +914,12 @@ _ARRAY_TYPES: set = set()       # types whose objects _kind_of has seen to be ar
 def _kind_of(name: str, v):
     """What a trace depends on: a number's type, an array's dtype, any other argument's value."""
     t = type(v)
-    if t is DeviceArray or t is np.ndarray or t in _ARRAY_TYPES:
+    if t is DeviceArray or t is np.ndarray:
         return v.dtype
+    if t in _ARRAY_TYPES:
+        d = v.dtype
+        if d is not None:
+            return d
     if t is float or t is int:
         return t
     if python_number(v) and not isinstance(v, bool) or isinstance(v, (list, tuple)):

@@ -367,7 +367,9 @@ def native(entry: Entry | Callable, slots, shape: tuple, info: dt.DType, n: int,
         return None
     context = (("s", 0), ("d", 0), ("d", 1))
     try:
-        return ext.native(entry.fn if isinstance(entry, Entry) else entry, (*slots, *context), shape, info, n,
-                          tuple((*part, *context) for part in parts), tuple(aligned), declines)
+        fn, parts = entry.fn if isinstance(entry, Entry) else entry, tuple((*part, *context) for part in parts)
+        if declines is None:
+            return ext.native(fn, (*slots, *context), shape, info, n, parts, tuple(aligned))
+        return ext.native(fn, (*slots, *context), shape, info, n, parts, tuple(aligned), declines)
     except (TypeError, ValueError):
         return None

@@ -2,7 +2,8 @@
 what the replay passes it, a probe DLPack exchange API stands for another library's tensors.
 Checked: the key is call.plan_key's (so C and Python find each other's plans), each slot's
 source, the stream waits it leaves to read_on, the calls it leaves to Python (None before
-anything is allocated or launched), and a failed launch's error."""
+anything is allocated or launched; an entry's declining return code, before any launch), and a
+failed launch's error."""
 from __future__ import annotations
 
 import ctypes
@@ -276,6 +277,14 @@ def test_the_array_arguments_as_one_array_and_a_declining_return_code(probe):
     finally:
         probe.rc.value = 0
         probe.arrays_at.value = -1
+    plain = s.ext.native(s.entry, (("o", 0), ("A", 0), ("n", 0), ("c", 3), *context), (3,), F32, 3)
+    s.plans[call.plan_key(s.target, [x, 0.5, y])].native = plain
+    probe.rc.value = -1
+    try:
+        with pytest.raises(RuntimeError, match="probe failed: -1"):   # declining only where the form says so
+            s.fn((x, 0.5, y))
+    finally:
+        probe.rc.value = 0
     with pytest.raises(ValueError, match="declines=0 is not a failure code"):
         s.ext.native(s.entry, (("o", 0), ("A", 0), ("n", 0), ("c", 3), *context), (3,), F32, 3, (), (), 0)
     with pytest.raises(ValueError, match="does not fit"):
