@@ -20,7 +20,7 @@ ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=comput
 # LINEINFO=1 adds -lineinfo: source lines in compute-sanitizer's and the profilers' reports, for a
 # slower build and a larger library (benchmarks/RESULTS.md, "Building the library").
 LINEINFO ?=
-NVCCFLAGS ?= -O2 -std=c++17 $(if $(filter 1,$(LINEINFO)),-lineinfo)
+NVCCFLAGS ?= -O2 -std=c++17
 EXTRA_NVCCFLAGS ?=
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -81,7 +81,7 @@ BENCH_OBJS := $(patsubst $(BUILD)/gen/%.cu,$(BUILD)/obj/%.o,$(BENCH_SOURCES))
 ifeq ($(origin FATBIN_COMPRESS),undefined)
 FATBIN_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -e '--compress-mode' && echo --compress-mode=size)
 endif
-CUFLAGS = $(NVCCFLAGS) $(EXTRA_NVCCFLAGS) $(ARCH) $(FATBIN_COMPRESS) -Xcompiler -fPIC,-fvisibility=hidden \
+CUFLAGS = $(NVCCFLAGS) $(if $(filter 1,$(LINEINFO)),-lineinfo) $(EXTRA_NVCCFLAGS) $(ARCH) $(FATBIN_COMPRESS) -Xcompiler -fPIC,-fvisibility=hidden \
           -Ilibew -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 
 # The compile command and nvcc's version, rewritten only when they change: every object depends on
