@@ -117,6 +117,15 @@ static void free_bound(PyObject* capsule) {
   free(PyCapsule_GetPointer(capsule, EWCALL_CAPSULE));
 }
 
+/* The builtin function of `def` whose self is `capsule` (which owns def's memory), or NULL where
+   either is NULL; the function holds the only reference to the capsule. */
+static PyObject* function_of(PyMethodDef* def, PyObject* capsule) {
+  if (capsule == NULL) return NULL;
+  PyObject* fn = PyCFunction_NewEx(def, capsule, NULL);
+  Py_DECREF(capsule);
+  return fn;
+}
+
 PyDoc_STRVAR(bind_doc,
 "bind(address, kinds, symbol) -> function\n\n"
 "The packed entry point at `address` as a function of len(kinds) arguments, each converted by its\n"
@@ -161,13 +170,8 @@ static PyObject* bind(PyObject* module, PyObject* const* args, Py_ssize_t nargs)
   b->def.ml_flags = METH_FASTCALL;
   b->def.ml_doc = NULL;
   PyObject* capsule = PyCapsule_New(b, EWCALL_CAPSULE, free_bound);
-  if (capsule == NULL) {
-    free(b);
-    return NULL;
-  }
-  PyObject* fn = PyCFunction_NewEx(&b->def, capsule, NULL);
-  Py_DECREF(capsule);
-  return fn;
+  if (capsule == NULL) free(b);
+  return function_of(&b->def, capsule);
 }
 
 /* ---- DLPack's C exchange API (dlpack.h, version 1): the layouts this module reads ---------------- */
@@ -389,14 +393,17 @@ typedef struct {
   native_form whole, part[EWCALL_MAX_PARTS];
 } native_plan;
 
-static void free_native(PyObject* capsule) {
-  native_plan* p = (native_plan*)PyCapsule_GetPointer(capsule, EWCALL_NATIVE);
+static void release_native(native_plan* p) {
   if (p == NULL) return;
   Py_XDECREF(p->entry);
   Py_XDECREF(p->shape);
   Py_XDECREF(p->info);
   Py_XDECREF(p->size);
   free(p);
+}
+
+static void free_native(PyObject* capsule) {
+  release_native((native_plan*)PyCapsule_GetPointer(capsule, EWCALL_NATIVE));
 }
 
 PyDoc_STRVAR(native_doc,
@@ -524,13 +531,7 @@ static PyObject* native(PyObject* module, PyObject* const* args, Py_ssize_t narg
   p->info = Py_NewRef(args[3]);
   p->size = Py_NewRef(args[4]);
   PyObject* capsule = PyCapsule_New(p, EWCALL_NATIVE, free_native);
-  if (capsule == NULL) {
-    Py_DECREF(p->entry);
-    Py_DECREF(p->shape);
-    Py_DECREF(p->info);
-    Py_DECREF(p->size);
-    free(p);
-  }
+  if (capsule == NULL) release_native(p);
   return capsule;
 fail:
   Py_XDECREF(parts);
@@ -559,13 +560,16 @@ typedef struct {
 static PyObject *s_info, *s_shape, *s_ptr, *s_buf, *s_last, *s_read_on, *s_handle, *s_dims, *s_ordinal,
     *s_native, *s_target, *s_numbers, *s_requires_grad, *s_launch;
 
-static void free_replayer(PyObject* capsule) {
-  replayer* r = (replayer*)PyCapsule_GetPointer(capsule, EWCALL_REPLAYER);
+static void release_replayer(replayer* r) {
   if (r == NULL) return;
   PyObject** refs[] = {&r->target, &r->target_id, &r->plans, &r->stream_of, &r->new_array, &r->array_type,
                        &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch};
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; ++i) Py_XDECREF(*refs[i]);
   free(r);
+}
+
+static void free_replayer(PyObject* capsule) {
+  release_replayer((replayer*)PyCapsule_GetPointer(capsule, EWCALL_REPLAYER));
 }
 
 enum { ARG_ARRAY = 1, ARG_NUMBER, ARG_FOREIGN };
@@ -959,16 +963,8 @@ static PyObject* replayer_new(PyObject* module, PyObject* const* args, Py_ssize_
   r->def.ml_flags = METH_O;
   r->def.ml_doc = NULL;
   PyObject* capsule = PyCapsule_New(r, EWCALL_REPLAYER, free_replayer);
-  if (capsule == NULL) {
-    PyObject** refs[] = {&r->target, &r->target_id, &r->plans, &r->stream_of, &r->new_array, &r->array_type,
-                         &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch};
-    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; ++i) Py_XDECREF(*refs[i]);
-    free(r);
-    return NULL;
-  }
-  PyObject* fn = PyCFunction_NewEx(&r->def, capsule, NULL);
-  Py_DECREF(capsule);
-  return fn;
+  if (capsule == NULL) release_replayer(r);
+  return function_of(&r->def, capsule);
 }
 
 static PyMethodDef methods[] = {

@@ -497,7 +497,6 @@ _fallback_warned = False
 _plans = call.plans()
 _replayers: dict = {}               # id(tree) -> (tree, its C replayer or None)
 _REPLAYERS_MAX = 256
-_seen_version = [specs.version()]
 
 
 def _replayer(tree, arity: int):
@@ -510,21 +509,11 @@ def _replayer(tree, arity: int):
     return got[1]
 
 
-def _current() -> None:
-    """Plans are kept by the tree's identity and the operands: those made before load_spec loaded
-    another definition of an op are dropped, so none runs a kernel of the old one."""
-    v = specs.version()
-    if v != _seen_version[0]:
-        call.forget_plans()
-        _seen_version[0] = v
-
-
 def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     """The formula over these operands (name -> array or number): one kernel on the call path.
     names: the tree's variables, where the caller has them."""
     if names is None:
         names = formula.variables(tree)
-    _current()
     if out is None and stream is None:
         # a call like one before on GPU arrays (pyew's, torch's, CuPy's) and numbers on the only GPU:
         # its plan, replayed in C from the lookup to the launch
@@ -537,7 +526,7 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         # else in one Python frame from the lookup to the launch (numpy operands, another library's
         # arrays and anything else: below)
         vals = [values[n] for n in names]
-        key = _plan_key(tree, vals)
+        key = call.plan_key(tree, vals)
         plan = _plans.get(key) if key is not None else None
         if plan is not None and plan.target is tree and not plan.host:
             try:
@@ -597,7 +586,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     # pyew's arrays and numbers on the only GPU need no import (plan_args checks each array's GPU)
-    key = _plan_key(tree, vals) if rt.only_one_gpu() else None
+    key = call.plan_key(tree, vals) if rt.only_one_gpu() else None
     dev = vals if key is not None else call.plan_args(vals, s, text, names)
     plan = None
     if dev is not None:
@@ -606,7 +595,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
             imported = interop.import_device(out, s, text, "out")
             out = out if imported is None else imported
         if key is None:
-            key = _plan_key(tree, dev)
+            key = call.plan_key(tree, dev)
         plan = call.find_plan(key, tree)
         if plan is not None:
             res = call.replay(plan, dev, out, s)
@@ -641,10 +630,6 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         prog.launch(ins, outs[0], shapes[0], st, blob)
 
     return call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
-
-
-def _plan_key(tree, vals):
-    return call.plan_key(tree, vals)
 
 
 def _addressed(packed: ctypes.Array) -> tuple[int, ctypes.Array]:

@@ -8,8 +8,8 @@ formula (pyew/jit.py), and run on the library's call path (pyew/fused.py, pyew/c
 The rendered headers live under the kernel cache folder, in a folder named by their digest (written
 again if the cache is cleared meanwhile); their text is part of each kernel's cache key. Loading
 another definition of a loaded name replaces it: its folder is searched first, the formula
-vocabulary is rebuilt, and formulas' programs and plans are kept per version of the loaded ops,
-so every caller of the name gets the new one.
+vocabulary is rebuilt, formulas' programs are kept per version of the loaded ops and every
+plan is dropped, so every caller of the name gets the new one.
 Params are compiled into the kernel, as in formulas:
 each new value of a param compiles once (0.1-0.3 s), so a value that changes call after call
 belongs in an input instead.
@@ -324,7 +324,8 @@ def _install(shown: str, user: Path, digest: str, headers: dict, entries: dict, 
                 _calls[name] = calls[name]
                 _functions[name] = fn = _function(_ops[name][0])       # an earlier one calls this one
                 _made.add(fn)
-            _version += 1                   # formulas' programs and plans are kept per version
+            _version += 1                   # formulas' programs are kept per version
+            call.forget_plans()             # and no plan runs a kernel of an op's earlier definition
         fns = {name: _functions[name] for name in headers}
     return SpecOps(shown, fns)
 
