@@ -230,6 +230,10 @@ class Library:
                                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
         self.manifest = self._parse(raw)
         self._bind_jit()
+        # staging copies split over libew's spinning workers (libew/host_copy.cu); ctypes lets go
+        # of the GIL while they run
+        self.host_copy = self._declare("ew_host_copy", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                        ctypes.c_int])
         # cuda-python may hold the GIL in blocking waits; these ctypes calls never do
         ev_sync = self._declare("ew_event_synchronize", [ctypes.c_void_p])
         st_sync = self._declare("ew_stream_synchronize", [ctypes.c_void_p])

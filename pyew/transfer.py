@@ -13,7 +13,8 @@ the GIL. Device scratch for the chunks comes from the stream-ordered pool and is
 end of every call, so the device memory a streamed call uses is bounded (`device_bytes`) whatever
 the array's size, and arrays larger than the GPU's memory work.
 
-Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream.
+Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream,
+their host copies split over libew's spinning copy threads (libew/host_copy.cu).
 Page-locked operands of 128 KiB or more (pyew.empty_pinned's, and new numpy results, which come
 from the same pool: pinned.for_result) are copied by DMA in place, without staging.
 Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
@@ -41,7 +42,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import pinned
+from . import library, pinned
 from . import runtime as rt
 
 _MiB = 1 << 20
@@ -53,10 +54,10 @@ class Limits:
     pinned_bytes: int = 256 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = max(1, min(16, os.cpu_count() or 1))
-    # Below this many bytes (all operands of a call together), one shot on the caller's stream,
-    # its host copies split over the workers: below it streaming costs more than it gains
+    # Up to this many bytes (all operands of a call together), one shot on the caller's stream,
+    # its host copies split over libew's copy workers: below it streaming costs more than it gains
     # (benchmarks/RESULTS.md, crossover).
-    small_bytes: int = 16 * _MiB
+    small_bytes: int = 64 * _MiB
 
 
 _limits = Limits()
@@ -65,7 +66,7 @@ _MIN_BLOCK_BYTES = 8 * _MiB          # all operands of one block together, at le
 
 
 def small_bytes() -> int:
-    """The one-shot threshold: calls moving fewer bytes than this skip the workers."""
+    """The one-shot threshold: calls moving at most this many bytes are not streamed."""
     return _limits.small_bytes
 
 
@@ -84,7 +85,7 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
     device_bytes: device scratch one streamed call may use, at least 64 KiB; numpy arrays of any
         size stream through it.
     threads: worker threads for host copies and transfers (1..256).
-    small_bytes: calls moving fewer bytes than this go in one shot, without workers.
+    small_bytes: calls moving at most this many bytes go in one shot on the caller's stream.
     pinned_pool_bytes: page-locked memory the pool of pyew.empty_pinned and of new numpy results
         may keep, blocks in use included (0 keeps none: results are pageable numpy arrays); free
         blocks past it are freed now.
@@ -700,21 +701,16 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     return True
 
 
-_PARALLEL_COPY_BYTES = 8 * _MiB      # a one-shot host copy larger than this is split over the workers (docs/tuning.md)
+_SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
+_COPY_PARTS = 8                    # more parts copied no faster on the hosts measured (docs/tuning.md)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """np.copyto, split over the worker threads when it is large and both sides are C-ordered
-    (a fresh numpy output also pays its page faults in these copies: they parallelise too)."""
+    """np.copyto; a large copy between C-ordered arrays of one dtype split over libew's copy
+    workers (libew/host_copy.cu), which wait spinning between calls."""
     n = dst.nbytes
-    if n < _PARALLEL_COPY_BYTES or _limits.threads == 1 or not (dst.flags.c_contiguous and src.flags.c_contiguous) \
-            or dst.shape != src.shape:
+    if (n < _SPLIT_COPY_BYTES or _limits.threads == 1 or dst.dtype != src.dtype or dst.shape != src.shape
+            or not (dst.flags.c_contiguous and src.flags.c_contiguous)):
         np.copyto(dst, src)
         return
-    pool = _worker_pool()
-    d, s_ = dst.reshape(-1), src.reshape(-1)
-    parts = min(_limits.threads, n // _MiB)
-    step = -(-d.size // parts)
-    futures = [pool.submit(np.copyto, d[i:i + step], s_[i:i + step]) for i in range(0, d.size, step)]
-    for f in futures:
-        f.result()
+    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, min(_limits.threads, _COPY_PARTS))

@@ -19,7 +19,7 @@ TARGET_N, CPU_PEERS_MAX = 1 << 26, 1 << 26   # the size the targets read (measur
 POINT_BUDGET_S, CALL_BUDGET_S = 1.0, 0.5     # host seconds per point: an op's, a small call's or crossover's
 HOST_RAM_FACTOR = 3                  # a point's inputs + output, x this for the peers' temporaries
 MAP_RESERVE_S = 120.0                # of --max-time (at most 30% of it) left for the map sweep after
-BW_BYTES, SMALL_N, CROSSOVER_SIZES = 256 << 20, 16, tuple(1 << e for e in range(8, 23, 2))
+BW_BYTES, SMALL_N, CROSSOVER_SIZES = 256 << 20, 16, tuple(1 << e for e in range(8, 25, 2))
 
 
 def numpy_sizes(args) -> list[int]:

@@ -1,0 +1,142 @@
+"""libew's host copies split over spinning workers (libew/host_copy.cu), which pyew's one-shot
+transfers stage numpy arrays with: run for real on the CPU, against the built library."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from pyew import library, transfer
+from pyew.errors import LibraryError
+
+KIB = 1 << 10
+
+
+@pytest.fixture(scope="module")
+def lib():
+    try:
+        return library.get()
+    except LibraryError as e:
+        pytest.skip(f"libew.so not usable: {e}")
+
+
+@pytest.fixture
+def spin(lib):
+    f = lib.cdll.ew_host_copy_spin_us
+    f.restype, f.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    old = f(-1)
+    yield f
+    f(old)
+
+
+def _copy_into_middle(lib, nbytes: int, parts: int, rng) -> tuple[int, np.ndarray, np.ndarray]:
+    """Copy nbytes of random data into the middle of a poisoned buffer, at odd offsets on both sides."""
+    src = rng.integers(0, 256, nbytes + 3, dtype=np.uint8)[3:]
+    dst = np.full(nbytes + 64, 0xA5, np.uint8)
+    used = lib.host_copy(dst[17:].ctypes.data, src.ctypes.data, nbytes, parts)
+    return used, src, dst
+
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 256 * KIB - 1, 512 * KIB, 3 * 1024 * KIB + 13, 9 * 1024 * KIB + 4097])
+@pytest.mark.parametrize("parts", [1, 2, 3, 8, 64, 1000])
+def test_copies_every_byte_and_nothing_else(lib, nbytes, parts):
+    used, src, dst = _copy_into_middle(lib, nbytes, parts, np.random.default_rng(nbytes + parts))
+    np.testing.assert_array_equal(dst[17:17 + nbytes], src)
+    assert (dst[:17] == 0xA5).all() and (dst[17 + nbytes:] == 0xA5).all()
+    # parts of at least 256 KiB, at most four a thread, the library's threads capped at 64
+    assert 1 <= used <= max(1, min(4 * min(parts, 64), nbytes // (256 * KIB)))
+    assert (used > 1) == (parts > 1 and nbytes >= 512 * KIB)
+
+
+def test_splits_a_large_copy(lib):
+    used, src, dst = _copy_into_middle(lib, 8 * 1024 * KIB, 4, np.random.default_rng(1))
+    assert used == 16
+    np.testing.assert_array_equal(dst[17:17 + src.size], src)
+
+
+def test_nothing_to_copy(lib):
+    dst = np.full(16, 7, np.uint8)
+    assert lib.host_copy(dst.ctypes.data, dst.ctypes.data, 0, 8) == 0
+    assert lib.host_copy(dst.ctypes.data, dst.ctypes.data, -5, 8) == 0
+    assert (dst == 7).all()
+
+
+def test_workers_that_went_to_sleep_wake_up(lib, spin):
+    spin(0)                                  # workers sleep as soon as they finish a part
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        used, src, dst = _copy_into_middle(lib, 2 * 1024 * KIB, 8, rng)
+        assert used == 8
+        np.testing.assert_array_equal(dst[17:17 + src.size], src)
+
+
+def test_spin_setting_round_trips(spin):
+    assert spin(1234) >= 0
+    assert spin(-1) == 1234
+
+
+def test_threads_copying_at_once(lib):
+    """Copies from several threads at once: one gets the workers, the others copy alone; all complete."""
+    rng = np.random.default_rng(3)
+    srcs = [rng.integers(0, 256, 3 * 1024 * KIB, dtype=np.uint8) for _ in range(6)]
+    dsts = [np.zeros_like(s) for s in srcs]
+    errors = []
+
+    def go(i):
+        try:
+            for _ in range(10):
+                dsts[i][:] = 0
+                lib.host_copy(dsts[i].ctypes.data, srcs[i].ctypes.data, srcs[i].nbytes, 8)
+                np.testing.assert_array_equal(dsts[i], srcs[i])
+        except Exception as e:      # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def _child_copy(q):
+    lib = library.get()
+    src = np.arange(1 << 20, dtype=np.uint32)
+    dst = np.zeros_like(src)
+    used = lib.host_copy(dst.ctypes.data, src.ctypes.data, src.nbytes, 8)
+    q.put((used, bool((dst == src).all())))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_starts_its_own_workers(lib):
+    src = np.ones(1 << 20, np.uint32)
+    dst = np.zeros_like(src)
+    assert lib.host_copy(dst.ctypes.data, src.ctypes.data, src.nbytes, 8) == 16       # workers in the parent
+    assert (dst == 1).all()
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_copy, args=(q,))
+    p.start()
+    used, equal = q.get(timeout=60)
+    p.join(timeout=60)
+    assert p.exitcode == 0 and used == 16 and equal
+
+
+@pytest.mark.parametrize("case", ["contiguous", "strided", "other dtype", "small"])
+def test_staging_copy_matches_numpy(lib, case):
+    """transfer's staging copy: split over the workers where it can be, numpy's copy elsewhere;
+    the same values either way."""
+    rng = np.random.default_rng(4)
+    src = rng.standard_normal(1 << 19).astype(np.float32)          # 2 MiB
+    dst = np.full_like(src, np.nan)
+    if case == "strided":
+        src, dst = src[::2], dst[: src.size // 2]
+    elif case == "other dtype":
+        dst = np.full(src.shape, np.nan, np.float64)
+    elif case == "small":
+        src, dst = src[:1000], dst[:1000]
+    transfer._copy(dst, src)
+    np.testing.assert_array_equal(dst, src.astype(dst.dtype))
