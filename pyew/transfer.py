@@ -361,31 +361,47 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto) -> None:
+          settle=None, copy=np.copyto, piece: int = 0) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
     (`ptrs`, of ins then outs), launch() queues the device work, the outputs come back into their
     host views `outs`, settle() waits for the stream (by default on this thread), and the staged
     outputs are copied into place. An operand `here` (a flag per operand; by default all when there
     is no buf, else none) is page-locked and copied by DMA straight from or to; the others are
-    staged through buf from offset start, one after another at 256-byte boundaries. Staged inputs
-    that follow each other in both memories go up in one copy."""
+    staged through buf from offset start, one after another at 256-byte boundaries. Staged
+    inputs that follow each other in both memories go up in one copy, queued once staged; with
+    `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES pieces,
+    each queued as soon as it is staged, so it crosses PCIe while the next is staged."""
     here = here or [buf is None] * len(ptrs)
-    off, runs = start, []               # runs: [device pointer, host pointer, bytes, staged]
-    for v, dp, direct in zip(ins, ptrs, here):
-        if direct:
-            runs.append([dp, v.ctypes.data, v.nbytes, False])
-            continue
-        copy(buf.array(off, v.dtype, v.shape), v)
-        last = runs[-1] if runs else None
-        if last and last[3] and last[0] + _round(last[2]) == dp and last[1] + _round(last[2]) == buf.ptr + off:
-            last[2] = _round(last[2]) + v.nbytes
-        else:
-            runs.append([dp, buf.ptr + off, v.nbytes, True])
-        off += _round(v.nbytes)
+    off, pending = start, None          # pending: a staged run not queued yet [device, host, bytes]
     staged = []
     try:
-        for dp, src, n, _ in runs:
-            rt.copy_htod(dp, src, n, stream_cu)
+        for v, dp, direct in zip(ins, ptrs, here):
+            if direct:
+                rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
+                continue
+            dst = buf.array(off, v.dtype, v.shape)
+            if piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
+                if pending:
+                    rt.copy_htod(*pending, stream_cu)
+                    pending = None
+                d, s_ = dst.reshape(-1), v.reshape(-1)
+                step = -(-d.size // _PIECES)
+                for i in range(0, d.size, step):
+                    copy(d[i:i + step], s_[i:i + step])
+                    rt.copy_htod(dp + i * v.itemsize, buf.ptr + off + i * v.itemsize,
+                                 min(step, d.size - i) * v.itemsize, stream_cu)
+            else:
+                copy(dst, v)
+                end = _round(pending[2]) if pending else 0
+                if pending and pending[0] + end == dp and pending[1] + end == buf.ptr + off:
+                    pending[2] = end + v.nbytes
+                else:
+                    if pending:
+                        rt.copy_htod(*pending, stream_cu)
+                    pending = [dp, buf.ptr + off, v.nbytes]
+            off += _round(v.nbytes)
+        if pending:
+            rt.copy_htod(*pending, stream_cu)
         if launch is not None:
             launch()
         for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
@@ -434,7 +450,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         with _small_lock:
             start = _upload_region(nbytes)
             if start is not None:       # queued, not waited for: the region stays taken until its copy ran
-                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy,
+                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy, piece=_PIECE_BYTES,
                       settle=lambda: _upload_queued(start, nbytes, stream))
                 return
     if pinned.is_direct(host) if small else (flat is not None and pinned.is_pinned(host)):
@@ -443,7 +459,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     if small and not up:
         with _small_lock:
             if nbytes <= _small_buffer().nbytes:
-                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy)
+                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy, piece=_PIECE_BYTES)
                 return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
@@ -694,7 +710,8 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, ins + outs)
-            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, here=[pinned.is_direct(v) for v in ins + outs],
+            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES,
+                  here=[pinned.is_direct(v) for v in ins + outs],
                   launch=lambda: launch(ptrs[:len(ins)], ptrs[len(ins):], stream))
         finally:
             rt.free(dbase, stream, need)
@@ -702,6 +719,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
 
 
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
+_PIECE_BYTES, _PIECES = 4 << 20, 4  # one-shot inputs of 16 MiB or more go up in 4 pieces (docs/tuning.md)
 _COPY_PARTS = 8                    # more parts copied no faster on the hosts measured (docs/tuning.md)
 
 

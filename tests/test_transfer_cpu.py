@@ -294,3 +294,28 @@ def test_uploads_take_turns_round_the_small_buffer(fake, monkeypatch):
     for h, d in zip(hosts, devs):
         np.testing.assert_array_equal(device_view(d, np.float32, (1000,)), h)
     np.testing.assert_array_equal(out, hosts[0])
+
+
+def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake):
+    """A one-shot call stages a large C-ordered input in pieces, each queued up as soon as it is
+    staged, and a small one whole; every element arrives once, in place, and the results come back."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, device_bytes=64 << 20, threads=4, small_bytes=64 << 20)
+    rng = np.random.default_rng(7)
+    big = rng.standard_normal((16 << 20) // 4 + 5).astype(np.float32)      # a little over 16 MiB: 4 pieces
+    small = rng.standard_normal(1000).astype(np.float32)
+    fake.copy_log.clear()
+    seen = {}
+
+    def launch(ins, outs, stream):
+        seen["big"] = device_view(ins[0], np.float32, big.shape).copy()
+        seen["small"] = device_view(ins[1], np.float32, small.shape).copy()
+        device_view(outs[0], np.float32, big.shape)[...] = seen["big"] * 2
+
+    res = np.full_like(big, np.nan)
+    assert transfer.one_shot([big, small], [res], launch, S)
+    np.testing.assert_array_equal(seen["big"], big)
+    np.testing.assert_array_equal(seen["small"], small)
+    np.testing.assert_array_equal(res, big * 2)
+    up = [n for _, _, n in fake.copy_log[:-1]]          # the last copy is the result's, down
+    assert len(up) == 5 and sum(up) == big.nbytes + small.nbytes
+    assert up[-1] == small.nbytes and max(up[:4]) - min(up[:4]) < 4 * big.itemsize     # equal, less a remainder
