@@ -4,25 +4,28 @@
 // One thread copies about 11 GB/s on the hosts measured, so staging a 4 MiB array takes longer
 // than moving it over PCIe both ways. Split over workers that sleep between calls, the copy got
 // faster but whole calls slower (docs/tuning.md): waking a sleeping thread costs tens of
-// microseconds, on every call. Here a worker spins for a while after its last part (the trade
-// OpenMP runtimes make with their spin counts) and only then sleeps on a condition variable; and
-// the parts are claimed, not assigned, so the caller starts copying at once and a worker still
-// waking up takes whatever parts are left.
+// microseconds, on every call. Here a worker that took part in a copy spins for a while after it
+// (the trade OpenMP runtimes make with their spin counts) and only then sleeps, each on its own
+// condition variable, so a copy wakes only the workers it asks for; and the parts are claimed, not
+// assigned, so the caller starts copying at once and a worker still waking up takes whatever parts
+// are left.
 //
 // One copy at a time: a call that finds the workers busy (another thread's copy) copies alone.
 // Workers are plain pthreads, detached and never destroyed: nothing runs at process exit, and a
-// forked child, which has none of them, starts its own.
+// forked child, which has none of them, starts its own (pthread_atfork resets the pool there).
 #include "ew_api.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <condition_variable>
 
 namespace {
 
@@ -43,6 +46,11 @@ int64_t now_ns() {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+struct alignas(64) Sleeper {
+  std::condition_variable wake;
+  bool asleep = false;                 // under Pool::sleep_mutex
+};
+
 // The copy in progress: its parts are claimed one at a time by the caller and by whichever
 // workers are awake, so a worker that is slow to wake (or is preempted) delays the copy by at most
 // the part it holds. `claim` packs the copy's generation (high 32 bits) and how many of its parts
@@ -58,16 +66,32 @@ struct Pool {
   std::atomic<int> helpers{0};         // workers 0..helpers-1 take part in this copy
   alignas(64) std::atomic<uint32_t> done{0};
   alignas(64) std::atomic<int64_t> spin_ns{200000};   // docs/tuning.md: longer spins slowed other threaded code
-  std::atomic<int> sleeping{0};
+  std::atomic<int64_t> by_workers{0};  // parts the workers copied, in this process (ew_host_copy_stats)
   int started = 0;                     // workers running in this process
   std::mutex sleep_mutex;
-  std::condition_variable wake;
+  Sleeper sleepers[kMaxWorkers];
   std::mutex busy;                     // held by the copy in progress
-  pid_t owner = 0;                     // the process the workers run in
 };
 
+Pool* pool();
+
+// In a forked child only the forking thread exists: no workers, no copy in progress, and mutexes
+// that may have been held by threads the child does not have.
+void reset_in_child() {
+  Pool& p = *pool();
+  new (&p.busy) std::mutex();
+  new (&p.sleep_mutex) std::mutex();
+  for (Sleeper& s : p.sleepers) new (&s) Sleeper();
+  p.started = 0;
+  p.by_workers.store(0);
+}
+
 Pool* pool() {
-  static Pool* p = new Pool();         // never destroyed: workers may still reference it at exit
+  static Pool* p = [] {
+    Pool* q = new Pool();              // never destroyed: workers may still reference it at exit
+    pthread_atfork(nullptr, nullptr, reset_in_child);
+    return q;
+  }();
   return p;
 }
 
@@ -89,17 +113,24 @@ uint32_t copy_parts(Pool& p, uint32_t gen) {
   return mine;
 }
 
+// A copy worker takes part in copy `gen` if its index is below the copy's helpers.
+bool asked(Pool& p, int index) { return index < p.helpers.load(std::memory_order_relaxed); }
+
 void* worker(void* arg) {
   Pool& p = *pool();
   const int index = int(reinterpret_cast<intptr_t>(arg));
+  Sleeper& me = p.sleepers[index];
   uint32_t seen = generation(p.claim.load());      // copies started before this worker are not its own
   int64_t idle_since = now_ns();
   for (unsigned spins = 0;; ++spins) {
     const uint32_t gen = generation(p.claim.load(std::memory_order_acquire));
     if (gen != seen) {
       seen = gen;
-      if (index < p.helpers.load(std::memory_order_relaxed)) copy_parts(p, gen);
-      idle_since = now_ns();
+      if (asked(p, index)) {           // a copy it is not asked for does not restart its spin
+        const uint32_t n = copy_parts(p, gen);
+        if (n) p.by_workers.fetch_add(n, std::memory_order_relaxed);
+        idle_since = now_ns();
+      }
       spins = 0;
       continue;
     }
@@ -107,36 +138,42 @@ void* worker(void* arg) {
       cpu_relax();
       continue;
     }
+    // Asleep until a copy asks for it: the caller sets nothing but the claim before it looks at
+    // `asleep`, under the same mutex, so a copy posted while this goes to sleep is seen below.
     std::unique_lock<std::mutex> lock(p.sleep_mutex);
-    p.sleeping.fetch_add(1);
-    while (generation(p.claim.load()) == seen) p.wake.wait(lock);
-    p.sleeping.fetch_sub(1);
+    me.asleep = true;
+    for (;;) {
+      const uint32_t g = generation(p.claim.load());
+      if (g != seen && asked(p, index)) break;
+      seen = g;
+      me.wake.wait(lock);
+    }
+    me.asleep = false;
     idle_since = now_ns();
   }
   return nullptr;
 }
 
-// Workers 0..n-1 running in this process; false if none could be started.
+// Workers 0..n-1 running; false if none could be started.
 bool ensure_workers(Pool& p, int n) {
-  const pid_t pid = getpid();
-  if (p.owner != pid) {                // first use, or a forked child: the parent's workers are not here
-    p.owner = pid;
-    p.started = 0;
-    p.sleeping.store(0);
-    new (&p.sleep_mutex) std::mutex();
-    new (&p.wake) std::condition_variable();
-  }
+  if (p.started >= n) return true;
+  // workers take no signals (a profiler's, a terminal's): those go to the threads that expect them
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   while (p.started < n) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 << 10);
+    const size_t stack = size_t(256) << 10;
+    pthread_attr_setstacksize(&attr, stack > size_t(PTHREAD_STACK_MIN) ? stack : size_t(PTHREAD_STACK_MIN));
     pthread_t t;
     const int rc = pthread_create(&t, &attr, worker, reinterpret_cast<void*>(intptr_t(p.started)));
     pthread_attr_destroy(&attr);
     if (rc != 0) break;
     ++p.started;
   }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return p.started > 0;
 }
 
@@ -151,27 +188,34 @@ EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) 
   const int64_t t = threads < 1 ? 1 : threads > kMaxWorkers + 1 ? kMaxWorkers + 1 : threads;
   int64_t parts = bytes / kMinPart < 4 * t ? bytes / kMinPart : 4 * t;
   std::unique_lock<std::mutex> lock(p.busy, std::try_to_lock);
-  const int helpers = int(t < parts ? t : parts) - 1;
+  int helpers = int(t < parts ? t : parts) - 1;
   if (helpers < 1 || !lock.owns_lock() || !ensure_workers(p, helpers)) {
     std::memcpy(dst, src, size_t(bytes));
     return 1;
   }
+  if (helpers > p.started) helpers = p.started;
   // equal parts, each starting on a 4 KiB boundary of the copy
   p.per = ((bytes + parts - 1) / parts + 4095) / 4096 * 4096;
   parts = (bytes + p.per - 1) / p.per;
   p.dst = static_cast<char*>(dst);
   p.src = static_cast<const char*>(src);
   p.bytes = bytes;
-  p.helpers.store(helpers < p.started ? helpers : p.started, std::memory_order_relaxed);
+  p.helpers.store(helpers, std::memory_order_relaxed);
   p.done.store(0, std::memory_order_relaxed);
   const uint32_t gen = generation(p.claim.load()) + 1;
   p.claim.store(uint64_t(gen) << 32 | uint64_t(parts));     // publishes the fields above
-  if (p.sleeping.load() > 0) {
+  {
     std::lock_guard<std::mutex> g(p.sleep_mutex);
-    p.wake.notify_all();
+    for (int i = 0; i < helpers; ++i)
+      if (p.sleepers[i].asleep) p.sleepers[i].wake.notify_one();
   }
   copy_parts(p, gen);
-  while (p.done.load(std::memory_order_acquire) < uint32_t(parts)) cpu_relax();
+  // the parts still in flight; after 50 µs a worker preempted in the middle of one gets the core back
+  const int64_t since = now_ns();
+  for (unsigned spins = 0; p.done.load(std::memory_order_acquire) < uint32_t(parts); ++spins) {
+    if ((spins & 63) == 63 && now_ns() - since > 50000) sched_yield();
+    else cpu_relax();
+  }
   return int(parts);
 }
 
@@ -182,4 +226,14 @@ EW_API int64_t ew_host_copy_spin_us(int64_t us) {
   const int64_t old = p.spin_ns.load() / 1000;
   if (us >= 0) p.spin_ns.store(us * 1000);
   return old;
+}
+
+// What the copies have done in this process: out[0] the workers started, out[1] the parts they
+// copied (the callers copied the rest).
+EW_API int ew_host_copy_stats(int64_t* out) {
+  Pool& p = *pool();
+  std::lock_guard<std::mutex> g(p.busy);
+  out[0] = p.started;
+  out[1] = p.by_workers.load();
+  return 0;
 }

@@ -51,7 +51,8 @@ _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte a
 
 @dataclass(frozen=True)
 class Limits:
-    pinned_bytes: int = 256 * _MiB
+    # the ring of streamed blocks (15 MiB a slot at 16 threads) and the small buffer (small_bytes)
+    pinned_bytes: int = 304 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = max(1, min(16, os.cpu_count() or 1))
     # Up to this many bytes (all operands of a call together), one shot on the caller's stream,
@@ -62,6 +63,7 @@ class Limits:
 
 _limits = Limits()
 _MIN_SMALL_PINNED = 64 * 1024
+_STAGED_UPLOAD_BYTES = 16 * _MiB     # a page-locked upload above this goes by DMA, not staged
 _MIN_BLOCK_BYTES = 8 * _MiB          # all operands of one block together, at least (docs/tuning.md)
 
 
@@ -288,7 +290,7 @@ def _release_locked() -> None:
 
 def release() -> None:
     """Free the engine's pinned memory, the free blocks of empty_pinned's pool and the worker
-    threads now (they come back on next use)."""
+    threads now (they come back on next use). libew's copy threads stay: they sleep when idle."""
     with _engine_lock, _small_lock:
         _release_locked()
     pinned.release()
@@ -377,6 +379,9 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     try:
         for v, dp, direct in zip(ins, ptrs, here):
             if direct:
+                if pending:
+                    rt.copy_htod(*pending, stream_cu)
+                    pending = None
                 rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
                 continue
             dst = buf.array(off, v.dtype, v.shape)
@@ -445,8 +450,10 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     small = nbytes <= _limits.small_bytes
     # Page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA
     # in place, and a wait. A small upload that fits the small buffer is staged instead, so the
-    # caller does not wait for it, and is not asked about; a small array only from RESULT_BYTES.
-    if small and up:
+    # caller does not wait for it, and is not asked about up to _STAGED_UPLOAD_BYTES (above that a
+    # locked one goes by DMA: a copy of it would cost more than the wait); a small array only from
+    # RESULT_BYTES.
+    if small and up and not (nbytes > _STAGED_UPLOAD_BYTES and flat is not None and pinned.is_pinned(host)):
         with _small_lock:
             start = _upload_region(nbytes)
             if start is not None:       # queued, not waited for: the region stays taken until its copy ran
@@ -720,15 +727,26 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
 
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
 _PIECE_BYTES, _PIECES = 4 << 20, 4  # one-shot inputs of 16 MiB or more go up in 4 pieces (docs/tuning.md)
-_COPY_PARTS = 8                    # more parts copied no faster on the hosts measured (docs/tuning.md)
+_COPY_THREADS = 8                  # more threads copied no faster on the hosts measured (docs/tuning.md)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_copy_threads = min(_COPY_THREADS, _usable_cpus())     # never more copy threads than the CPUs it may run on
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     """np.copyto; a large copy between C-ordered arrays of one dtype split over libew's copy
     workers (libew/host_copy.cu), which wait spinning between calls."""
     n = dst.nbytes
-    if (n < _SPLIT_COPY_BYTES or _limits.threads == 1 or dst.dtype != src.dtype or dst.shape != src.shape
+    if (n < _SPLIT_COPY_BYTES or min(_limits.threads, _copy_threads) == 1 or dst.dtype != src.dtype
+            or dst.shape != src.shape
             or not (dst.flags.c_contiguous and src.flags.c_contiguous)):
         np.copyto(dst, src)
         return
-    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, min(_limits.threads, _COPY_PARTS))
+    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, min(_limits.threads, _copy_threads))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +22,32 @@ def lib():
         return library.get()
     except LibraryError as e:
         pytest.skip(f"libew.so not usable: {e}")
+
+
+def _stats(lib) -> tuple[int, int]:
+    """(workers started, parts the workers copied) in this process."""
+    f = lib.cdll.ew_host_copy_stats
+    f.restype, f.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int64)]
+    out = (ctypes.c_int64 * 2)()
+    assert f(out) == 0
+    return out[0], out[1]
+
+
+def _until_a_worker_copies(lib, nbytes=8 << 20, threads=4, tries=200) -> tuple[int, bool]:
+    """Copies until the workers have copied a part (the caller may take them all when they are
+    slow to wake); (copies made, every one exact)."""
+    src = np.random.default_rng(5).integers(0, 256, nbytes, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    before = _stats(lib)[1]
+    exact = True
+    for i in range(tries):
+        dst[:] = 0
+        lib.host_copy(dst.ctypes.data, src.ctypes.data, nbytes, threads)
+        exact &= bool((dst == src).all())
+        if _stats(lib)[1] > before:
+            return i + 1, exact
+        time.sleep(0.002)
+    return tries + 1, exact
 
 
 @pytest.fixture
@@ -71,6 +98,16 @@ def test_workers_that_went_to_sleep_wake_up(lib, spin):
         used, src, dst = _copy_into_middle(lib, 2 * 1024 * KIB, 8, rng)
         assert used == 8
         np.testing.assert_array_equal(dst[17:17 + src.size], src)
+    time.sleep(0.05)                         # every worker asleep now
+    copies, exact = _until_a_worker_copies(lib)
+    assert exact and copies <= 200, "no worker woke up to copy a part"
+    assert _stats(lib)[0] >= 3
+
+
+def test_spinning_workers_take_parts(lib, spin):
+    spin(200)
+    copies, exact = _until_a_worker_copies(lib)
+    assert exact and copies <= 200, "no worker copied a part"
 
 
 def test_spin_setting_round_trips(spin):
@@ -104,10 +141,12 @@ def test_threads_copying_at_once(lib):
 
 def _child_copy(q):
     lib = library.get()
+    started_at_fork = _stats(lib)
     src = np.arange(1 << 20, dtype=np.uint32)
     dst = np.zeros_like(src)
     used = lib.host_copy(dst.ctypes.data, src.ctypes.data, src.nbytes, 8)
-    q.put((used, bool((dst == src).all())))
+    copies, exact = _until_a_worker_copies(lib)
+    q.put((started_at_fork, used, bool((dst == src).all()) and exact, copies, _stats(lib)[0]))
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
@@ -120,13 +159,22 @@ def test_a_forked_child_starts_its_own_workers(lib):
     q = ctx.Queue()
     p = ctx.Process(target=_child_copy, args=(q,))
     p.start()
-    used, equal = q.get(timeout=60)
+    at_fork, used, equal, copies, started = q.get(timeout=60)
     p.join(timeout=60)
     assert p.exitcode == 0 and used == 16 and equal
+    assert at_fork == (0, 0), "the child inherited the parent's workers or counts"
+    assert copies <= 200 and started >= 1, "no worker of the child's own copied a part"
+
+
+def _counting(f, calls):
+    def g(*a):
+        calls.append(a)
+        return f(*a)
+    return g
 
 
 @pytest.mark.parametrize("case", ["contiguous", "strided", "other dtype", "small"])
-def test_staging_copy_matches_numpy(lib, case):
+def test_staging_copy_matches_numpy(lib, case, monkeypatch):
     """transfer's staging copy: split over the workers where it can be, numpy's copy elsewhere;
     the same values either way."""
     rng = np.random.default_rng(4)
@@ -138,5 +186,9 @@ def test_staging_copy_matches_numpy(lib, case):
         dst = np.full(src.shape, np.nan, np.float64)
     elif case == "small":
         src, dst = src[:1000], dst[:1000]
+    native = []
+    monkeypatch.setattr(lib, "host_copy", _counting(lib.cdll.ew_host_copy, native))
     transfer._copy(dst, src)
     np.testing.assert_array_equal(dst, src.astype(dst.dtype))
+    # split over the copy threads only where both sides are one C-ordered run of one dtype, and large
+    assert bool(native) == (case == "contiguous")

@@ -296,14 +296,38 @@ def test_uploads_take_turns_round_the_small_buffer(fake, monkeypatch):
     np.testing.assert_array_equal(out, hosts[0])
 
 
-def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake):
-    """A one-shot call stages a large C-ordered input in pieces, each queued up as soon as it is
-    staged, and a small one whole; every element arrives once, in place, and the results come back."""
+@pytest.fixture
+def libew():
+    """The built library (one-shot staging copies go through its copy threads)."""
+    from pyew import library
+    from pyew.errors import LibraryError
+    try:
+        return library.get()
+    except LibraryError as e:
+        pytest.skip(f"libew.so not usable: {e}")
+
+
+def _one_shot_case(fake):
     transfer.set_transfer_limits(pinned_bytes=256 << 20, device_bytes=64 << 20, threads=4, small_bytes=64 << 20)
     rng = np.random.default_rng(7)
     big = rng.standard_normal((16 << 20) // 4 + 5).astype(np.float32)      # a little over 16 MiB: 4 pieces
     small = rng.standard_normal(1000).astype(np.float32)
+    return big, small
+
+
+def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeypatch):
+    """A one-shot call stages a large C-ordered input in pieces, each queued up before the next is
+    staged, and a small one whole; every element arrives once, in place, and the results come back."""
+    big, small = _one_shot_case(fake)
     fake.copy_log.clear()
+    queued_when_staged = []
+    staging = transfer._copy
+
+    def logged(dst, src):
+        queued_when_staged.append(len(fake.copy_log))
+        staging(dst, src)
+
+    monkeypatch.setattr(transfer, "_copy", logged)
     seen = {}
 
     def launch(ins, outs, stream):
@@ -319,3 +343,53 @@ def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake):
     up = [n for _, _, n in fake.copy_log[:-1]]          # the last copy is the result's, down
     assert len(up) == 5 and sum(up) == big.nbytes + small.nbytes
     assert up[-1] == small.nbytes and max(up[:4]) - min(up[:4]) < 4 * big.itemsize     # equal, less a remainder
+    # piece k was staged once the k pieces before it were queued; the small input after all four,
+    # then the result staged back
+    assert queued_when_staged[:5] == [0, 1, 2, 3, 4]
+
+
+def test_a_staging_error_after_pieces_went_up(fake, libew, monkeypatch):
+    """A staging copy that fails after pieces were queued: the stream is waited for before the
+    buffers can be reused, nothing is launched, the error reaches the caller, and the next call is right."""
+    big, small = _one_shot_case(fake)
+    staging, calls = transfer._copy, []
+
+    def failing(dst, src):
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("staging failed")
+        staging(dst, src)
+
+    monkeypatch.setattr(transfer, "_copy", failing)
+    fake.copy_log.clear()
+    synced = len(fake.streams.synced)
+    launched = []
+    with pytest.raises(MemoryError, match="staging failed"):
+        transfer.one_shot([big, small], [np.empty_like(big)], lambda *a: launched.append(a), S)
+    assert len(fake.copy_log) == 2 and not launched
+    assert len(fake.streams.synced) > synced
+    monkeypatch.setattr(transfer, "_copy", staging)
+
+    def launch(ins, outs, stream):
+        device_view(outs[0], np.float32, big.shape)[...] = device_view(ins[0], np.float32, big.shape) + 1
+
+    res = np.full_like(big, np.nan)
+    assert transfer.one_shot([big, small], [res], launch, S)
+    np.testing.assert_array_equal(res, big + 1)
+
+
+def test_a_locked_upload_past_the_staged_size_goes_by_dma(fake):
+    """A page-locked array above _STAGED_UPLOAD_BYTES uploads in place (one copy from its own
+    memory), below small_bytes too; a pageable one of that size is staged."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    n = (transfer._STAGED_UPLOAD_BYTES + (1 << 20)) // 4
+    locked = pinned.empty_pinned(n, "float32")
+    locked[...] = np.arange(n, dtype=np.float32)
+    pageable = np.arange(n, dtype=np.float32)
+    d = fake.malloc(locked.nbytes, S)
+    for a, direct in ((locked, True), (pageable, False)):
+        fake.copy_log.clear()
+        transfer.to_device(a, d, S)
+        assert np.array_equal(device_view(d, np.float32, (n,)), a)
+        assert any(src == a.ctypes.data for _, src, _ in fake.copy_log) == direct
+    fake.free(d, S)

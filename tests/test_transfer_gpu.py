@@ -100,11 +100,10 @@ def test_zero_size_and_scalar_only_calls():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64"])
-def test_pinned_arrays_cross_in_one_dma(rng, dtype, transfer_limits):
+def test_pinned_arrays_cross_in_one_dma(rng, dtype):
     """pyew.empty_pinned arrays (and their views at any offset) to and from the GPU, one shot and
     past small_bytes, against the values."""
     from pyew import pinned
-    transfer_limits(small_bytes=16 << 20)
     for n in (1, 1000, (40 << 20) // pyew.dtypes.lookup(dtype).itemsize + 3):
         a = random_array(rng, n + 5, dtype)
         host = pyew.empty_pinned(n + 5, dtype)
@@ -121,9 +120,8 @@ def test_pinned_arrays_cross_in_one_dma(rng, dtype, transfer_limits):
             assert not back[:off].any() and not back[off + n:].any()
 
 
-def test_page_locked_memory_of_another_library(cupy, transfer_limits):
+def test_page_locked_memory_of_another_library(cupy):
     from pyew import pinned
-    transfer_limits(small_bytes=16 << 20)                # the 40 MiB arrays below go past it
     n = (40 << 20) // 4
     mem = cupy.cuda.alloc_pinned_memory(4 * n)
     view = np.frombuffer(mem, np.float32, n)
