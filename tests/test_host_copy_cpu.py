@@ -33,21 +33,23 @@ def _stats(lib) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _until_a_worker_copies(lib, nbytes=8 << 20, threads=4, tries=200) -> tuple[int, bool]:
-    """Copies until the workers have copied a part (the caller may take them all when they are
-    slow to wake); (copies made, every one exact)."""
+def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0) -> tuple[bool, bool]:
+    """Copies until the workers have copied a part: the caller takes every part no worker has
+    claimed yet, so on a loaded host a worker may need several copies to get one. (Whether a worker
+    copied within `seconds`, every copy exact.)"""
     src = np.random.default_rng(5).integers(0, 256, nbytes, dtype=np.uint8)
     dst = np.zeros_like(src)
     before = _stats(lib)[1]
-    exact = True
-    for i in range(tries):
+    exact, end = True, time.monotonic() + seconds
+    while True:
         dst[:] = 0
         lib.host_copy(dst.ctypes.data, src.ctypes.data, nbytes, threads)
         exact &= bool((dst == src).all())
         if _stats(lib)[1] > before:
-            return i + 1, exact
+            return True, exact
+        if time.monotonic() > end:
+            return False, exact
         time.sleep(0.002)
-    return tries + 1, exact
 
 
 @pytest.fixture
@@ -99,15 +101,15 @@ def test_workers_that_went_to_sleep_wake_up(lib, spin):
         assert used == 8
         np.testing.assert_array_equal(dst[17:17 + src.size], src)
     time.sleep(0.05)                         # every worker asleep now
-    copies, exact = _until_a_worker_copies(lib)
-    assert exact and copies <= 200, "no worker woke up to copy a part"
+    copied, exact = _until_a_worker_copies(lib)
+    assert exact and copied, "no worker woke up to copy a part"
     assert _stats(lib)[0] >= 3
 
 
 def test_spinning_workers_take_parts(lib, spin):
     spin(200)
-    copies, exact = _until_a_worker_copies(lib)
-    assert exact and copies <= 200, "no worker copied a part"
+    copied, exact = _until_a_worker_copies(lib)
+    assert exact and copied, "no worker copied a part"
 
 
 def test_spin_setting_round_trips(spin):
@@ -145,8 +147,8 @@ def _child_copy(q):
     src = np.arange(1 << 20, dtype=np.uint32)
     dst = np.zeros_like(src)
     used = lib.host_copy(dst.ctypes.data, src.ctypes.data, src.nbytes, 8)
-    copies, exact = _until_a_worker_copies(lib)
-    q.put((started_at_fork, used, bool((dst == src).all()) and exact, copies, _stats(lib)[0]))
+    copied, exact = _until_a_worker_copies(lib)
+    q.put((started_at_fork, used, bool((dst == src).all()) and exact, copied, _stats(lib)[0]))
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
@@ -159,11 +161,11 @@ def test_a_forked_child_starts_its_own_workers(lib):
     q = ctx.Queue()
     p = ctx.Process(target=_child_copy, args=(q,))
     p.start()
-    at_fork, used, equal, copies, started = q.get(timeout=60)
+    at_fork, used, equal, copied, started = q.get(timeout=180)
     p.join(timeout=60)
     assert p.exitcode == 0 and used == 16 and equal
     assert at_fork == (0, 0), "the child inherited the parent's workers or counts"
-    assert copies <= 200 and started >= 1, "no worker of the child's own copied a part"
+    assert copied and started >= 1, "no worker of the child's own copied a part"
 
 
 def _counting(f, calls):
