@@ -73,12 +73,16 @@ struct Pool {
   std::mutex busy;                     // held by the copy in progress
 };
 
-Pool* pool();
+// The pool once made; the fork handler reads it here, not through pool(), whose initialization a
+// fork from another thread may have interrupted.
+std::atomic<Pool*> made{nullptr};
 
 // In a forked child only the forking thread exists: no workers, no copy in progress, and mutexes
 // that may have been held by threads the child does not have.
 void reset_in_child() {
-  Pool& p = *pool();
+  Pool* q = made.load();
+  if (q == nullptr) return;
+  Pool& p = *q;
   new (&p.busy) std::mutex();
   new (&p.sleep_mutex) std::mutex();
   for (Sleeper& s : p.sleepers) new (&s) Sleeper();
@@ -89,6 +93,7 @@ void reset_in_child() {
 Pool* pool() {
   static Pool* p = [] {
     Pool* q = new Pool();              // never destroyed: workers may still reference it at exit
+    made.store(q);
     pthread_atfork(nullptr, nullptr, reset_in_child);
     return q;
   }();
@@ -97,8 +102,9 @@ Pool* pool() {
 
 uint32_t generation(uint64_t claim) { return uint32_t(claim >> 32); }
 
-// Claim and copy parts of copy `gen` until none is left; returns how many this thread copied.
-uint32_t copy_parts(Pool& p, uint32_t gen) {
+// Claim and copy parts of copy `gen` until none is left; returns how many this thread copied. A
+// worker's parts are counted (ew_host_copy_stats) before they are marked done.
+uint32_t copy_parts(Pool& p, uint32_t gen, bool worker) {
   uint32_t mine = 0;
   uint64_t c = p.claim.load(std::memory_order_acquire);
   while (generation(c) == gen && uint32_t(c) > 0) {
@@ -106,6 +112,7 @@ uint32_t copy_parts(Pool& p, uint32_t gen) {
     const int64_t at = int64_t(uint32_t(c) - 1) * p.per;
     const int64_t n = p.bytes - at < p.per ? p.bytes - at : p.per;
     std::memcpy(p.dst + at, p.src + at, size_t(n));
+    if (worker) p.by_workers.fetch_add(1, std::memory_order_relaxed);
     p.done.fetch_add(1, std::memory_order_acq_rel);
     ++mine;
     c = p.claim.load(std::memory_order_acquire);
@@ -127,8 +134,7 @@ void* worker(void* arg) {
     if (gen != seen) {
       seen = gen;
       if (asked(p, index)) {           // a copy it is not asked for does not restart its spin
-        const uint32_t n = copy_parts(p, gen);
-        if (n) p.by_workers.fetch_add(n, std::memory_order_relaxed);
+        copy_parts(p, gen, true);
         idle_since = now_ns();
       }
       spins = 0;
@@ -157,9 +163,11 @@ void* worker(void* arg) {
 // Workers 0..n-1 running; false if none could be started.
 bool ensure_workers(Pool& p, int n) {
   if (p.started >= n) return true;
-  // workers take no signals (a profiler's, a terminal's): those go to the threads that expect them
+  // workers take no asynchronous signals (a profiler's, a terminal's): those go to the threads that
+  // expect them; a fault in a worker's copy still reaches the process's handlers
   sigset_t all, old;
   sigfillset(&all);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigdelset(&all, sig);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   while (p.started < n) {
     pthread_attr_t attr;
@@ -209,7 +217,7 @@ EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) 
     for (int i = 0; i < helpers; ++i)
       if (p.sleepers[i].asleep) p.sleepers[i].wake.notify_one();
   }
-  copy_parts(p, gen);
+  copy_parts(p, gen, false);
   // the parts still in flight; after 50 µs a worker preempted in the middle of one gets the core back
   const int64_t since = now_ns();
   for (unsigned spins = 0; p.done.load(std::memory_order_acquire) < uint32_t(parts); ++spins) {

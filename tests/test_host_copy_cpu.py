@@ -33,7 +33,7 @@ def _stats(lib) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0) -> tuple[bool, bool]:
+def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0, pause=0.002) -> tuple[bool, bool]:
     """Copies until the workers have copied a part: the caller takes every part no worker has
     claimed yet, so on a loaded host a worker may need several copies to get one. (Whether a worker
     copied within `seconds`, every copy exact.)"""
@@ -49,7 +49,7 @@ def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0) -> tup
             return True, exact
         if time.monotonic() > end:
             return False, exact
-        time.sleep(0.002)
+        time.sleep(pause)
 
 
 @pytest.fixture
@@ -107,8 +107,8 @@ def test_workers_that_went_to_sleep_wake_up(lib, spin):
 
 
 def test_spinning_workers_take_parts(lib, spin):
-    spin(200)
-    copied, exact = _until_a_worker_copies(lib)
+    spin(200_000)                            # copies back to back, the workers never asleep between them
+    copied, exact = _until_a_worker_copies(lib, pause=0.0)
     assert exact and copied, "no worker copied a part"
 
 
@@ -159,10 +159,15 @@ def test_a_forked_child_starts_its_own_workers(lib):
     assert (dst == 1).all()
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    p = ctx.Process(target=_child_copy, args=(q,))
+    p = ctx.Process(target=_child_copy, args=(q,), daemon=True)
     p.start()
-    at_fork, used, equal, copied, started = q.get(timeout=180)
-    p.join(timeout=60)
+    try:
+        at_fork, used, equal, copied, started = q.get(timeout=180)
+        p.join(timeout=60)
+    finally:
+        if p.is_alive():                       # a child that hangs must not hang the test run
+            p.kill()
+            p.join(5)
     assert p.exitcode == 0 and used == 16 and equal
     assert at_fork == (0, 0), "the child inherited the parent's workers or counts"
     assert copied and started >= 1, "no worker of the child's own copied a part"
@@ -190,6 +195,7 @@ def test_staging_copy_matches_numpy(lib, case, monkeypatch):
         src, dst = src[:1000], dst[:1000]
     native = []
     monkeypatch.setattr(lib, "host_copy", _counting(lib.cdll.ew_host_copy, native))
+    monkeypatch.setattr(transfer, "_copy_threads", 8)        # as on a host with 8 CPUs or more
     transfer._copy(dst, src)
     np.testing.assert_array_equal(dst, src.astype(dst.dtype))
     # split over the copy threads only where both sides are one C-ordered run of one dtype, and large

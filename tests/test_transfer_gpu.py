@@ -101,10 +101,11 @@ def test_zero_size_and_scalar_only_calls():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64"])
 def test_pinned_arrays_cross_in_one_dma(rng, dtype):
-    """pyew.empty_pinned arrays (and their views at any offset) to and from the GPU, one shot and
-    past small_bytes, against the values."""
+    """pyew.empty_pinned arrays (and their views at any offset) to and from the GPU: staged (small),
+    by DMA above the staged-upload size, and past small_bytes; against the values."""
     from pyew import pinned
-    for n in (1, 1000, (40 << 20) // pyew.dtypes.lookup(dtype).itemsize + 3):
+    size = pyew.dtypes.lookup(dtype).itemsize
+    for n in (1, 1000, (40 << 20) // size + 3, (pyew.transfer_limits()["small_bytes"] + (4 << 20)) // size + 3):
         a = random_array(rng, n + 5, dtype)
         host = pyew.empty_pinned(n + 5, dtype)
         host[...] = a
