@@ -374,39 +374,38 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES pieces,
     each queued as soon as it is staged, so it crosses PCIe while the next is staged."""
     here = here or [buf is None] * len(ptrs)
-    off, pending = start, None          # pending: a staged run not queued yet [device, host, bytes]
+    off, pending = start, []            # pending: a staged run not queued yet [device, host, bytes]
     staged = []
+
+    def up(run):
+        if run:
+            rt.copy_htod(*run, stream_cu)
+        return []
+
     try:
         for v, dp, direct in zip(ins, ptrs, here):
             if direct:
-                if pending:
-                    rt.copy_htod(*pending, stream_cu)
-                    pending = None
+                pending = up(pending)
                 rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
                 continue
             dst = buf.array(off, v.dtype, v.shape)
             if piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
-                if pending:
-                    rt.copy_htod(*pending, stream_cu)
-                    pending = None
+                pending = up(pending)
                 d, s_ = dst.reshape(-1), v.reshape(-1)
                 step = -(-d.size // _PIECES)
                 for i in range(0, d.size, step):
                     copy(d[i:i + step], s_[i:i + step])
-                    rt.copy_htod(dp + i * v.itemsize, buf.ptr + off + i * v.itemsize,
-                                 min(step, d.size - i) * v.itemsize, stream_cu)
+                    up([dp + i * v.itemsize, buf.ptr + off + i * v.itemsize, min(step, d.size - i) * v.itemsize])
             else:
                 copy(dst, v)
                 end = _round(pending[2]) if pending else 0
                 if pending and pending[0] + end == dp and pending[1] + end == buf.ptr + off:
                     pending[2] = end + v.nbytes
                 else:
-                    if pending:
-                        rt.copy_htod(*pending, stream_cu)
+                    up(pending)
                     pending = [dp, buf.ptr + off, v.nbytes]
             off += _round(v.nbytes)
-        if pending:
-            rt.copy_htod(*pending, stream_cu)
+        up(pending)
         if launch is not None:
             launch()
         for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
@@ -743,10 +742,9 @@ _copy_threads = min(_COPY_THREADS, _usable_cpus())     # never more copy threads
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     """np.copyto; a large copy between C-ordered arrays of one dtype split over libew's copy
     workers (libew/host_copy.cu), which wait spinning between calls."""
-    n = dst.nbytes
-    if (n < _SPLIT_COPY_BYTES or min(_limits.threads, _copy_threads) == 1 or dst.dtype != src.dtype
-            or dst.shape != src.shape
+    n, threads = dst.nbytes, min(_limits.threads, _copy_threads)
+    if (n < _SPLIT_COPY_BYTES or threads == 1 or dst.dtype != src.dtype or dst.shape != src.shape
             or not (dst.flags.c_contiguous and src.flags.c_contiguous)):
         np.copyto(dst, src)
         return
-    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, min(_limits.threads, _copy_threads))
+    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, threads)
