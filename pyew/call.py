@@ -322,7 +322,7 @@ class Plan:
     def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False, native=None):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
-        self.host = host        # numpy arrays in, a numpy result out: launch(in_ptrs, out_ptrs, stream)
+        self.host = host        # numpy arrays in, a numpy result out: launch(in_ptrs, out_ptrs, stream, n)
         self.native = native
 
 
@@ -489,7 +489,7 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
     if not 0 < nbytes <= transfer.small_bytes():
         return None
     res = pinned.for_result(plan.shape, plan.out_info.np)
-    return res if transfer.one_shot(args, (res,), plan.launch, stream) else None
+    return res if transfer.one_shot(args, (res,), plan.launch, stream, parts=True) else None
 
 
 # ---- launching elementwise work -----------------------------------------------------------------------

@@ -52,17 +52,18 @@ _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte a
 @dataclass(frozen=True)
 class Limits:
     # the ring of streamed blocks (15 MiB a slot at 16 threads) and the small buffer (small_bytes)
-    pinned_bytes: int = 304 * _MiB
+    pinned_bytes: int = 432 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = max(1, min(16, os.cpu_count() or 1))
     # Up to this many bytes (all operands of a call together), one shot on the caller's stream,
     # its host copies split over libew's copy workers: below it streaming costs more than it gains
-    # (benchmarks/RESULTS.md, crossover).
-    small_bytes: int = 64 * _MiB
+    # (docs/tuning.md).
+    small_bytes: int = 192 * _MiB
 
 
 _limits = Limits()
 _MIN_SMALL_PINNED = 64 * 1024
+_SMALL_STEP = 16 * _MiB               # the small buffer grows in steps of this, up to its cap
 _STAGED_UPLOAD_BYTES = 16 * _MiB     # a page-locked upload above this goes by DMA (and waits), not staged
 _MIN_BLOCK_BYTES = 8 * _MiB          # all operands of one block together, at least (docs/tuning.md)
 
@@ -188,26 +189,40 @@ def _retire_oldest() -> None:
     _spare_events.setdefault(ordinal, []).append(ev)
 
 
-def _small_buffer() -> Pinned:
-    """The whole small pinned buffer, once every copy still reading it (uploads') is done. Call
-    with _small_lock held."""
-    global _small
-    if _small is None:
-        _small = Pinned(_small_buffer_bytes())
+def _small_buffer(need: int = 0) -> Pinned | None:
+    """The whole small pinned buffer, of at least `need` bytes, once every copy still reading it
+    (uploads') is done; None if `need` is past its cap. Call with _small_lock held."""
     while _uploads:
         _retire_oldest()
-    return _small
+    return _small if _fit_small(need) else None
+
+
+def _fit_small(need: int) -> bool:
+    """Grow the small buffer to hold `need` bytes, in steps of _SMALL_STEP up to its cap (pinning
+    costs milliseconds per ten MiB, so a first call does not pin what only large calls use); False
+    if need is past the cap. With _small_lock, and no upload reading the buffer."""
+    global _small, _upload_cursor
+    cap = _small_buffer_bytes()
+    if need > cap:
+        return False
+    if _small is None or _small.nbytes < need:
+        size = min(cap, max(_SMALL_STEP, -(-need // _SMALL_STEP) * _SMALL_STEP))
+        if _small is not None:
+            _small.free()
+            _small = None
+        _small = Pinned(size)
+        _upload_cursor = 0
+    return True
 
 
 def _upload_region(nbytes: int) -> int | None:
     """The offset of a free region of the small buffer for one upload of nbytes (the next in ring
     order, once copies still reading it are done); None if it cannot hold them. With _small_lock."""
-    global _small, _upload_cursor
-    if _small is None:
-        _small = Pinned(_small_buffer_bytes())
+    global _upload_cursor
     need = _round(nbytes)
-    if need > _small.nbytes:
-        return None
+    if _small is None or need > _small.nbytes:
+        if _small_buffer(need) is None:
+            return None
     start = _upload_cursor
     if start + need > _small.nbytes:
         while _uploads and _uploads[0][0] >= start:     # the last lap's entries past the cursor
@@ -233,8 +248,9 @@ def _upload_queued(start: int, nbytes: int, stream) -> None:
 
 
 def _small_buffer_bytes() -> int:
-    # slack for the per-operand alignment of up to 16 operands
-    return max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 4) + 16 * _ALIGN)
+    """The small buffer's cap: small_bytes, and at most half of pinned_bytes (the ring has the
+    rest); slack for the per-operand alignment of up to 16 operands."""
+    return max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 2) + 16 * _ALIGN)
 
 
 def _ring_slot_bytes() -> int:
@@ -279,6 +295,10 @@ def _release_locked() -> None:
     while _uploads:
         _retire_oldest()
     _spare_events.clear()
+    for down in _downs.values():
+        with contextlib.suppress(Exception):
+            down.close()
+    _downs.clear()
     if _small is not None:
         _small.free()
         _small = None
@@ -363,68 +383,157 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, piece: int = 0) -> None:
+          settle=None, copy=np.copyto, piece: int = 0, down: _Down | None = None) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
-    (`ptrs`, of ins then outs), launch() queues the device work, the outputs come back into their
-    host views `outs`, settle() waits for the stream (by default on this thread), and the staged
-    outputs are copied into place. An operand `here` (a flag per operand; by default all when there
-    is no buf, else none) is page-locked and copied by DMA straight from or to; the others are
-    staged through buf from offset start, one after another at 256-byte boundaries. Staged
-    inputs that follow each other in both memories go up in one copy, queued once staged; with
-    `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES pieces,
-    each queued as soon as it is staged, so it crosses PCIe while the next is staged."""
+    (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
+    their host views `outs`, settle() waits for the stream (by default on this thread), and the
+    staged outputs are copied into place. An operand `here` (a flag per operand; by default all
+    when there is no buf, else none) is page-locked and copied by DMA straight from or to; the
+    others are staged through buf from offset start, one after another at 256-byte boundaries.
+
+    Staged inputs that follow each other in both memories go up in one copy, queued once staged;
+    with `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES
+    pieces, each queued as soon as it is staged, so it crosses PCIe while the next is staged.
+    With `down` (a second stream of the GPU), a call whose operands are C-ordered runs of one
+    length, launch(ptrs, n) taking any part of them, goes in parts: each part's inputs are staged
+    and sent up, its kernel queued, and its outputs sent down on `down` while the next part goes
+    up, so the copies up and down overlap."""
     here = here or [buf is None] * len(ptrs)
-    off, pending = start, []            # pending: a staged run not queued yet [device, host, bytes]
-    staged = []
+    parts = _parts(ins, outs, down)
+    offs, off = [], start                 # where each staged operand sits in buf
+    for v, direct in zip(ins + outs, here):
+        offs.append(None if direct else off)
+        off = off if direct else off + _round(v.nbytes)
+    k = len(ins)
+    try:
+        if parts:
+            for lo, hi in parts:
+                for v, dp, o in zip(ins, ptrs, offs):
+                    _up_range(v.reshape(-1), dp, o, lo, hi, buf, stream_cu, copy)
+                launch([p + lo * v.itemsize for p, v in zip(ptrs, ins + outs)], hi - lo)
+                down.handoff(stream_cu)
+                for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
+                    b = v.itemsize
+                    host = v.ctypes.data if o is None else buf.ptr + o
+                    rt.copy_dtoh(host + lo * b, dp + lo * b, (hi - lo) * b, down.cu)
+            rt.stream_synchronize(down.cu)
+        else:
+            _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece)
+            if launch is not None:
+                launch(ptrs, outs[0].size if outs else 0)
+            for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
+                rt.copy_dtoh(v.ctypes.data if o is None else buf.ptr + o, dp, v.nbytes, stream_cu)
+            if settle is None:
+                rt.stream_synchronize(stream_cu)
+            else:
+                settle()
+    except BaseException:
+        # copies may be queued from or into memory the caller frees or reuses once this raises (a
+        # pooled result, a region of buf): they finish first
+        for st in (stream_cu, down.cu if down is not None else None):
+            if st is not None:
+                with contextlib.suppress(Exception):
+                    rt.stream_synchronize(st)
+        raise
+    for v, o in zip(outs, offs[k:]):
+        if o is not None:
+            copy(v, buf.array(o, v.dtype, v.shape))
+
+
+def _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece: int) -> None:
+    """The inputs of a block in one part: direct ones by DMA, staged runs that follow each other
+    in both memories in one copy, and large C-ordered ones in _PIECES pieces (see _move)."""
+    pending = []                 # a staged run not queued yet [device, host, bytes]
 
     def up(run):
         if run:
             rt.copy_htod(*run, stream_cu)
         return []
 
-    try:
-        for v, dp, direct in zip(ins, ptrs, here):
-            if direct:
-                pending = up(pending)
-                rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
-                continue
-            dst = buf.array(off, v.dtype, v.shape)
-            if piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
-                pending = up(pending)
-                d, s_ = dst.reshape(-1), v.reshape(-1)
-                step = -(-d.size // _PIECES)
-                for i in range(0, d.size, step):
-                    copy(d[i:i + step], s_[i:i + step])
-                    up([dp + i * v.itemsize, buf.ptr + off + i * v.itemsize, min(step, d.size - i) * v.itemsize])
-            else:
-                copy(dst, v)
-                end = _round(pending[2]) if pending else 0
-                if pending and pending[0] + end == dp and pending[1] + end == buf.ptr + off:
-                    pending[2] = end + v.nbytes
-                else:
-                    up(pending)
-                    pending = [dp, buf.ptr + off, v.nbytes]
-            off += _round(v.nbytes)
-        up(pending)
-        if launch is not None:
-            launch()
-        for v, dp, direct in zip(outs, ptrs[len(ins):], here[len(ins):]):
-            rt.copy_dtoh(v.ctypes.data if direct else buf.ptr + off, dp, v.nbytes, stream_cu)
-            if not direct:
-                staged.append((v, off))
-                off += _round(v.nbytes)
-        if settle is None:
-            rt.stream_synchronize(stream_cu)
+    for v, dp, o in zip(ins, ptrs, offs):
+        if o is None:
+            pending = up(pending)
+            rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
+        elif piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
+            pending = up(pending)
+            n = v.size
+            step = -(-n // _PIECES)
+            for lo in range(0, n, step):
+                _up_range(v.reshape(-1), dp, o, lo, min(n, lo + step), buf, stream_cu, copy)
         else:
-            settle()
-    except BaseException:
-        # copies may be queued from or into memory the caller frees or reuses once this raises (a
-        # pooled result, a region of buf): they finish first
-        with contextlib.suppress(Exception):
-            rt.stream_synchronize(stream_cu)
-        raise
-    for v, o in staged:
-        copy(v, buf.array(o, v.dtype, v.shape))
+            copy(buf.array(o, v.dtype, v.shape), v)
+            end = _round(pending[2]) if pending else 0
+            if pending and pending[0] + end == dp and pending[1] + end == buf.ptr + o:
+                pending[2] = end + v.nbytes
+            else:
+                up(pending)
+                pending = [dp, buf.ptr + o, v.nbytes]
+    up(pending)
+
+
+def _up_range(flat: np.ndarray, dp: int, o, lo: int, hi: int, buf, stream_cu, copy) -> None:
+    """Elements [lo, hi) of a C-ordered input up to dp + lo: by DMA from it (o None), else staged
+    at buf offset o + lo first."""
+    b = flat.itemsize
+    if o is None:
+        rt.copy_htod(dp + lo * b, flat.ctypes.data + lo * b, (hi - lo) * b, stream_cu)
+        return
+    copy(buf.array(o + lo * b, flat.dtype, (hi - lo,)), flat[lo:hi])
+    rt.copy_htod(dp + lo * b, buf.ptr + o + lo * b, (hi - lo) * b, stream_cu)
+
+
+_OVERLAP_PART_BYTES = 2 << 20     # parts of a call whose copies up and down overlap (docs/tuning.md)
+_OVERLAP_PARTS = 4
+
+
+def _parts(ins, outs, down) -> list[tuple[int, int]]:
+    """The element ranges a call goes in with copies up and down overlapping (see _move); [] for
+    one part: no second stream, operands that are not C-ordered runs of one length, or too few
+    bytes for parts of _OVERLAP_PART_BYTES (of its largest input)."""
+    if down is None or not ins or not outs:
+        return []
+    n = outs[0].size
+    if not all(v.size == n and v.flags.c_contiguous for v in ins + outs):
+        return []
+    k = min(_OVERLAP_PARTS, max(v.nbytes for v in ins) // _OVERLAP_PART_BYTES)
+    if k < 2:
+        return []
+    per = -(-n // k)
+    step = -(-per // _ALIGN) * _ALIGN       # whole 256-element runs: parts stay vector-aligned
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+class _Down:
+    """A GPU's second stream for one-shot calls, whose parts' outputs go down on it while later
+    parts go up on the caller's stream, and the event it waits on for each part's kernel."""
+    __slots__ = ("cu", "event", "ordinal")
+
+    def __init__(self, ordinal: int):
+        self.ordinal = ordinal
+        with rt.on(ordinal):
+            self.cu = rt.new_stream(ordinal)
+            self.event = rt.Event()
+
+    def handoff(self, stream_cu) -> None:
+        """Work queued on `down` from now runs after what is queued on stream_cu so far. One event
+        serves every part: a wait takes the event as it was recorded when the wait is queued."""
+        self.event.record(stream_cu)
+        rt.wait_event(self.cu, self.event)
+
+    def close(self) -> None:
+        with rt.on(self.ordinal):
+            rt.stream_synchronize(self.cu)
+            rt.destroy_stream(self.cu)
+
+
+_downs: dict[int, _Down] = {}      # per GPU, with _small_lock
+
+
+def _down_stream(ordinal: int) -> _Down:
+    got = _downs.get(ordinal)
+    if got is None:
+        got = _downs[ordinal] = _Down(ordinal)
+    return got
 
 
 # ---- one-way copies ------------------------------------------------------------------------------
@@ -464,7 +573,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         return
     if small and not up:
         with _small_lock:
-            if nbytes <= _small_buffer().nbytes:
+            if _small_buffer(_round(nbytes)) is not None:
                 _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy, piece=_PIECE_BYTES)
                 return
     with _engine_lock:
@@ -618,7 +727,13 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
 
     if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
         ins, outs = _views(inputs, outputs, flat, tuple(slice(0, d) for d in space), out_scale, in_scale)
-        if one_shot(ins, outs, lambda dptrs, optrs, st: kernel(_chunk(ins, outs, dptrs + optrs, st)), stream):
+        if flat and not scaled:     # any part of the runs is a call of its own (one_shot's parts)
+            def launch(dptrs, optrs, st, m):
+                kernel(DeviceChunk(tuple(dptrs), ((m,),) * len(dptrs), tuple(optrs), ((m,),) * len(optrs), st))
+        else:
+            def launch(dptrs, optrs, st, m):
+                kernel(_chunk(ins, outs, dptrs + optrs, st))
+        if one_shot(ins, outs, launch, stream, parts=flat and not scaled):
             return
     with _engine_lock:
         slot = _ring_slot_bytes()
@@ -639,7 +754,7 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
                 ins, outs = _views(inputs, outputs, flat, block, out_scale, in_scale)
                 ptrs = _laid_out(scratch[id(lane)], ins + outs)
                 _move(ins, outs, ptrs, lane.stream, lane.slot, here=direct, settle=lane.wait,
-                      launch=lambda: kernel(_chunk(ins, outs, ptrs, lane.raw)))
+                      launch=lambda p, n: kernel(_chunk(ins, outs, p, lane.raw)))
 
             _run_workers(blocks, work, stream, join=False)
 
@@ -702,23 +817,29 @@ def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
                        stream)
 
 
-def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream) -> bool:
+def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream,
+             parts: bool = False) -> bool:
     """The small-call path: copy `inputs` up through the small pinned buffer, launch(dptrs, optrs,
-    stream), copy the results into `outputs` and wait. False (nothing done) if they do not fit."""
+    stream, n) with n the elements of the outputs, copy the results into `outputs` and wait. False
+    (nothing done) if they do not fit. With `parts`, launch is elementwise over C-ordered runs and
+    takes any part of them (pointers into each operand and its length): a large enough call goes
+    in parts whose copies up and down overlap (_move)."""
     if sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs) > _limits.small_bytes:
         return False
     ins, outs = list(inputs), list(outputs)
+    here = [pinned.is_direct(v) for v in ins + outs]
     need = sum(_round(v.nbytes) for v in ins + outs)
+    k = len(ins)
     with _small_lock:
-        buf = _small_buffer()
-        if need > buf.nbytes:
+        buf = _small_buffer(sum(_round(v.nbytes) for v, d in zip(ins + outs, here) if not d))
+        if buf is None:             # the small buffer holds only the operands it stages
             return False
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, ins + outs)
-            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES,
-                  here=[pinned.is_direct(v) for v in ins + outs],
-                  launch=lambda: launch(ptrs[:len(ins)], ptrs[len(ins):], stream))
+            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES, here=here,
+                  launch=lambda p, n: launch(p[:k], p[k:], stream, n),
+                  down=_down_stream(stream.ordinal) if parts else None)
         finally:
             rt.free(dbase, stream, need)
     return True

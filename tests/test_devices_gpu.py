@@ -156,3 +156,52 @@ def test_assignment_from_another_gpu(two_gpus, rng):
     b = random_array(rng, 1000, "float64")
     d0[5:1005] = pyew.asarray(b, device=1)
     np.testing.assert_array_equal(d0.get()[5:1005], b.astype(np.float32))
+
+
+def _bias_gelu_ref(a, w, b):
+    import math
+    y = a.astype(np.float64) * w + b
+    return 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+
+
+def test_formulas_run_on_the_gpu_of_their_operands(two_gpus, rng, transfer_limits):
+    """evaluate and fuse over arrays on the second GPU compile for it, run there (result, out=,
+    a stream of that GPU), refuse operands or out= on the other; numpy formulas under
+    Device(1) run on GPU 1, one shot and streamed."""
+    n = 100_003
+    a, w, b = (random_array(rng, n, "float32", -3, 3) for _ in range(3))
+    x, wd, bd = (pyew.asarray(v, device=1) for v in (a, w, b))
+    want = _bias_gelu_ref(a, w, b)
+    r = pyew.evaluate("gelu(x * w + b)", local_dict={"x": x, "w": wd, "b": bd})
+    assert r.device.id == 1 and pyew.Device().id == 0
+    np.testing.assert_allclose(r.get().astype(np.float64), want, rtol=2e-6, atol=1e-6)
+    bias_gelu = pyew.fuse(lambda x, w, b: pyew.gelu(x * w + b))
+    out = poison(pyew.empty(n, "float32", device=1))
+    s = pyew.Stream(device=1)
+    assert bias_gelu(x, wd, bd, out=out, stream=s) is out
+    s.synchronize()
+    np.testing.assert_array_equal(out.get(), r.get())
+    with pytest.raises(ValueError, match="is on cuda:0, but this call runs on cuda:1"):
+        pyew.evaluate("x * w", local_dict={"x": x, "w": pyew.asarray(w, device=0)})
+    with pytest.raises(ValueError, match="is on cuda:0, but this call runs on cuda:1"):
+        bias_gelu(x, wd, bd, out=pyew.empty(n, "float32", device=0))
+    a, w, b = (random_array(rng, (1 << 21) + 5, "float32", -3, 3) for _ in range(3))     # one shot in parts
+    want = _bias_gelu_ref(a, w, b)
+    pyew.runtime.reset_pool_peak(1)
+    for small in (64 << 20, 0):                               # one shot, then streamed
+        pyew.set_transfer_limits(small_bytes=small)
+        with pyew.Device(1):
+            got = pyew.evaluate("gelu(a * w + b)")
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-6, atol=1e-6)
+    assert pyew.runtime.pool_usage(1)["used_peak"] > 0
+
+
+def test_torch_formulas_on_the_second_gpu(two_gpus, torch_cuda, rng):
+    torch = torch_cuda
+    a, w, b = (random_array(rng, 10_001, "float32", -3, 3) for _ in range(3))
+    t, tw, tb = (torch.from_numpy(v).to("cuda:1") for v in (a, w, b))
+    r = pyew.evaluate("gelu(t * tw + tb)")
+    assert r.device.id == 1
+    np.testing.assert_allclose(r.get().astype(np.float64), _bias_gelu_ref(a, w, b), rtol=2e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="is on cuda:0, but this call runs on cuda:1"):
+        pyew.evaluate("t + u", local_dict={"t": t, "u": torch.zeros_like(t, device="cuda:0")})

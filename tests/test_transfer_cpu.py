@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pyew import pinned, transfer
+from pyew import runtime as rt
 from pyew.errors import CudaError
 
 from .fake_cuda import device_view, install
@@ -330,7 +331,7 @@ def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeyp
     monkeypatch.setattr(transfer, "_copy", logged)
     seen = {}
 
-    def launch(ins, outs, stream):
+    def launch(ins, outs, stream, n):
         seen["big"] = device_view(ins[0], np.float32, big.shape).copy()
         seen["small"] = device_view(ins[1], np.float32, small.shape).copy()
         device_view(outs[0], np.float32, big.shape)[...] = seen["big"] * 2
@@ -370,12 +371,111 @@ def test_a_staging_error_after_pieces_went_up(fake, libew, monkeypatch):
     assert len(fake.streams.synced) > synced
     monkeypatch.setattr(transfer, "_copy", staging)
 
-    def launch(ins, outs, stream):
+    def launch(ins, outs, stream, n):
         device_view(outs[0], np.float32, big.shape)[...] = device_view(ins[0], np.float32, big.shape) + 1
 
     res = np.full_like(big, np.nan)
     assert transfer.one_shot([big, small], [res], launch, S)
     np.testing.assert_array_equal(res, big + 1)
+
+
+def _parts_log(fake, monkeypatch):
+    """What a one-shot call queues, in order: ("up" | "down", stream, bytes), ("launch", stream,
+    elements), ("record", stream), ("wait", stream)."""
+    log = []
+    htod, dtoh = rt.copy_htod, rt.copy_dtoh
+
+    def up(dst, src, nbytes, stream):
+        log.append(("up", stream, nbytes))
+        htod(dst, src, nbytes, stream)
+
+    def down(dst, src, nbytes, stream):
+        log.append(("down", stream, nbytes))
+        dtoh(dst, src, nbytes, stream)
+
+    monkeypatch.setattr(rt, "copy_htod", up)
+    monkeypatch.setattr(rt, "copy_dtoh", down)
+    monkeypatch.setattr(fake.streams, "record", lambda ev, stream: log.append(("record", stream)))
+    monkeypatch.setattr(fake.streams, "wait", lambda stream, ev: log.append(("wait", stream)))
+    return log
+
+
+def _add_parts(log):
+    def launch(ins, outs, stream, n):
+        log.append(("launch", stream, n))
+        a, b = (device_view(p, np.float32, (n,)) for p in ins)
+        device_view(outs[0], np.float32, (n,))[...] = a + b
+    return launch
+
+
+def test_a_one_shot_call_in_parts_sends_each_part_down_on_a_second_stream(fake, libew, monkeypatch):
+    """With parts, a call of equal C-ordered runs goes in parts: each part's inputs up and its
+    kernel on the caller's stream, then its result down on the GPU's second stream once an event
+    recorded after the kernel; parts of whole 256-element runs, every element once, and the call
+    returns once the second stream is done."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    rng = np.random.default_rng(3)
+    n = transfer._OVERLAP_PARTS * transfer._OVERLAP_PART_BYTES // 4 + 37       # 4 parts, the last short
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    log = _parts_log(fake, monkeypatch)
+    res = np.full(n, np.nan, np.float32)
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=True)
+    np.testing.assert_array_equal(res, a + b)
+    down = transfer._downs[S.ordinal].cu
+    assert down != S.cu and down in fake.streams.synced
+    launches = [e[2] for e in log if e[0] == "launch"]
+    assert len(launches) == transfer._OVERLAP_PARTS and sum(launches) == n
+    assert all(m % 256 == 0 for m in launches[:-1]) and launches[-1] < launches[0]
+    expect = []
+    for m in launches:
+        expect += [("up", S.cu, 4 * m)] * 2 + [("launch", S, m), ("record", S.cu), ("wait", down)]
+        expect.append(("down", down, 4 * m))
+    assert log == expect
+
+
+@pytest.mark.parametrize("case", ["small", "strided", "no parts"])
+def test_a_one_shot_call_goes_whole_where_parts_do_not_apply(fake, libew, monkeypatch, case):
+    """Below two parts' worth of bytes, with an operand that is not one C-ordered run, or without
+    parts, one launch over the whole call on the caller's stream, and no second stream."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    rng = np.random.default_rng(4)
+    n = transfer._OVERLAP_PART_BYTES // 4 + 1 if case == "small" else 4 * transfer._OVERLAP_PART_BYTES // 4
+    a = rng.standard_normal(2 * n if case == "strided" else n).astype(np.float32)
+    a = a[::2] if case == "strided" else a
+    b = rng.standard_normal(n).astype(np.float32)
+    log = _parts_log(fake, monkeypatch)
+    res = np.full(n, np.nan, np.float32)
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=case != "no parts")
+    np.testing.assert_array_equal(res, a + b)
+    assert [e for e in log if e[0] != "up"] == [("launch", S, n), ("down", S.cu, res.nbytes)]
+
+
+def test_an_error_in_a_later_part_waits_for_both_streams(fake, libew, monkeypatch):
+    """A staging copy that fails in the third part: both streams are waited for before the buffers
+    can be reused, no later part is launched, the error reaches the caller, and the next call is right."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    rng = np.random.default_rng(5)
+    n = transfer._OVERLAP_PARTS * transfer._OVERLAP_PART_BYTES // 4
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    staging, calls = transfer._copy, []
+
+    def failing(dst, src):
+        calls.append(1)
+        if len(calls) == 5:                   # the first input of the third part
+            raise MemoryError("staging failed")
+        staging(dst, src)
+
+    log = _parts_log(fake, monkeypatch)
+    monkeypatch.setattr(transfer, "_copy", failing)
+    with pytest.raises(MemoryError, match="staging failed"):
+        transfer.one_shot([a, b], [np.empty_like(a)], _add_parts(log), S, parts=True)
+    assert [e[0] for e in log].count("launch") == 2
+    down = transfer._downs[S.ordinal].cu
+    assert fake.streams.synced[-2:] == [S.cu, down]
+    monkeypatch.setattr(transfer, "_copy", staging)
+    res = np.full_like(a, np.nan)
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=True)
+    np.testing.assert_array_equal(res, a + b)
 
 
 def test_a_locked_upload_past_the_staged_size_goes_by_dma(fake):
@@ -392,4 +492,35 @@ def test_a_locked_upload_past_the_staged_size_goes_by_dma(fake):
         transfer.to_device(a, d, S)
         assert np.array_equal(device_view(d, np.float32, (n,)), a)
         assert any(src == a.ctypes.data for _, src, _ in fake.copy_log) == direct
+    fake.free(d, S)
+
+
+def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
+    """The small buffer is pinned in steps of _SMALL_STEP as one-shot calls need (a first small
+    call does not pin the cap), holds only the operands it stages (a pinned result is not
+    counted), and a call staging more than its cap is declined (it streams)."""
+    step = transfer._SMALL_STEP
+    transfer.set_transfer_limits(pinned_bytes=4 * step, small_bytes=3 * step, threads=2)
+    assert 2 * step <= transfer._small_buffer_bytes() < 3 * step          # half of pinned_bytes
+
+    def add1(ins, outs, stream, n):
+        device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
+
+    tiny = np.arange(16, dtype=np.float32)
+    res = np.empty_like(tiny)
+    assert transfer.one_shot([tiny], [res], add1, S)
+    np.testing.assert_array_equal(res, tiny + 1)
+    assert transfer.pinned_bytes_held() == step
+    big = np.arange((step + (1 << 20)) // 4, dtype=np.float32)        # a step and 1 MiB
+    res = pinned.empty_pinned(big.shape, "float32")                    # direct: only big is staged
+    res[...] = np.nan
+    assert transfer.one_shot([big], [res], add1, S, parts=True)
+    np.testing.assert_array_equal(res, big + 1)
+    assert transfer.pinned_bytes_held() == 2 * step
+    over = np.arange((3 * step) // 8, dtype=np.float32)                 # small_bytes moved, 3 steps staged
+    assert not transfer.one_shot([over], [np.empty_like(over)], add1, S)
+    assert transfer.pinned_bytes_held() == 2 * step
+    d = fake.malloc(tiny.nbytes, S)
+    transfer.to_device(tiny, d, S)                    # an upload after the growth: a region of the new buffer
+    np.testing.assert_array_equal(device_view(d, np.float32, (16,)), tiny)
     fake.free(d, S)

@@ -171,3 +171,62 @@ def test_streamed_calls_over_pinned_operands(rng, transfer_limits):
     y2, m2 = pyew.relu_mask(a)
     np.testing.assert_array_equal(y, y2)
     np.testing.assert_array_equal(m, m2)
+
+
+def _poisoned_pool_block(n, dtype):
+    """Leave a pool block of the size of an n-element result full of NaN (or 0x5A bytes), so a
+    result that takes it and misses a part shows."""
+    p = pyew.empty_pinned(n, dtype)
+    p.view(np.uint8)[...] = 0xFF if np.dtype(p.dtype).kind == "f" else 0x5A
+    del p
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32"])
+def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
+    """numpy calls big enough to go in parts whose copies up and down overlap: ops of one, two
+    and three inputs, an op with a param, a formula, a misaligned view, a page-locked input beside
+    a pageable one, and sizes of one part, of two and four parts with tails; each result equals
+    the same call made whole, element for element, and numpy's up to rounding."""
+    from pyew import transfer
+    size = np.dtype(dtype).itemsize
+    part = transfer._OVERLAP_PART_BYTES // size
+    seen = []
+    real = transfer._parts
+
+    def counted(ins, outs, down):
+        got = real(ins, outs, down)
+        seen.append(len(got))
+        return got
+
+    monkeypatch.setattr(transfer, "_parts", counted)
+    floats = dtype != "int32"
+    for n, parts in ((part + 3, 0), (2 * part + 255, 2), (4 * part + 1, 4), (6 * part + 101, 4)):
+        a, b, c = (random_array(rng, n + 1, dtype) for _ in range(3))
+        pinned_b = pyew.empty_pinned(n, dtype)
+        pinned_b[...] = b[:n]
+        x = a[1:]                                       # C-ordered, 1 element off its allocation
+        cn = c[:n]
+        calls = [(pyew.add, (x, pinned_b), {}), (pyew.where, (x > cn, x, pinned_b), {})]
+        if floats:
+            calls += [(pyew.sigmoid, (x,), {}), (pyew.elu, (x,), {"alpha": 0.5}),
+                      (pyew.evaluate, ("where(x > 0, x * y, 0.5 * expm1(x)) + z",),
+                       {"local_dict": {"x": x, "y": pinned_b, "z": cn}})]
+        else:
+            calls += [(pyew.bitwise_xor, (x, cn), {})]
+        for fn, args, kw in calls:
+            seen.clear()
+            _poisoned_pool_block(n, dtype)
+            got = fn(*args, **kw)
+            assert seen and max(seen) == parts
+            monkeypatch.setattr(transfer, "_OVERLAP_PARTS", 1)
+            _poisoned_pool_block(n, dtype)
+            whole = fn(*args, **kw)
+            monkeypatch.undo()
+            monkeypatch.setattr(transfer, "_parts", counted)
+            np.testing.assert_array_equal(got, whole)
+        x64, b64, c64 = (v.astype(np.float64) for v in (x, b[:n], c[:n]))
+        np.testing.assert_array_equal(pyew.add(x, pinned_b), (x64 + b64).astype(dtype))
+        if floats:
+            want = 1 / (1 + np.exp(-x64))
+            tol = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-14}[dtype]
+            np.testing.assert_allclose(pyew.sigmoid(x).astype(np.float64), want, rtol=tol, atol=tol * 1e-3)

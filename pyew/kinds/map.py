@@ -154,10 +154,10 @@ class MapOp:
         if not all(o.kind == HOST and o.info is w and o.value.dtype == w.np and o.shape == p.shape
                    for o, w in zip(p.operands, wants)):
             return None
-        forward, n = p.kernel.entry("forward"), math.prod(p.shape)
+        forward = p.kernel.entry("forward")
 
-        def one_shot(in_ptrs, out_ptrs, s):
-            library.launch(forward, (out_ptrs[0], *in_ptrs, n, *pvals), s)
+        def one_shot(in_ptrs, out_ptrs, s, count):
+            library.launch(forward, (out_ptrs[0], *in_ptrs, count, *pvals), s)
         return call.Plan(self, p.shape, p.kernel.out_dtype, range(len(p.operands)), (), None, one_shot, host=True)
 
     def function(self):
