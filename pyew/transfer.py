@@ -13,8 +13,9 @@ the GIL. Device scratch for the chunks comes from the stream-ordered pool and is
 end of every call, so the device memory a streamed call uses is bounded (`device_bytes`) whatever
 the array's size, and arrays larger than the GPU's memory work.
 
-Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream,
-their host copies split over libew's spinning copy threads (libew/host_copy.cu).
+Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream
+(a call's results, in parts, on a second stream), their host copies split over libew's spinning
+copy threads (libew/host_copy.cu).
 Page-locked operands of 128 KiB or more (pyew.empty_pinned's, and new numpy results, which come
 from the same pool: pinned.for_result) are copied by DMA in place, without staging.
 Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
@@ -64,6 +65,7 @@ class Limits:
 _limits = Limits()
 _MIN_SMALL_PINNED = 64 * 1024
 _SMALL_STEP = 16 * _MiB               # the small buffer grows in steps of this, up to its cap
+_ONE_WAY_SMALL_BYTES = 64 * _MiB      # one-way copies in one shot up to this (measured: docs/tuning.md)
 _STAGED_UPLOAD_BYTES = 16 * _MiB     # a page-locked upload above this goes by DMA (and waits), not staged
 _MIN_BLOCK_BYTES = 8 * _MiB          # all operands of one block together, at least (docs/tuning.md)
 
@@ -88,7 +90,8 @@ def set_transfer_limits(*, pinned_bytes: int | None = None, device_bytes: int | 
     device_bytes: device scratch one streamed call may use, at least 64 KiB; numpy arrays of any
         size stream through it.
     threads: worker threads for host copies and transfers (1..256).
-    small_bytes: calls moving at most this many bytes go in one shot on the caller's stream.
+    small_bytes: calls moving at most this many bytes go in one shot on the caller's stream (one-way
+        copies up to 64 MiB of it).
     pinned_pool_bytes: page-locked memory the pool of pyew.empty_pinned and of new numpy results
         may keep, blocks in use included (0 keeps none: results are pageable numpy arrays); free
         blocks past it are freed now.
@@ -192,21 +195,23 @@ def _retire_oldest() -> None:
 def _small_buffer(need: int = 0) -> Pinned | None:
     """The whole small pinned buffer, of at least `need` bytes, once every copy still reading it
     (uploads') is done; None if `need` is past its cap. Call with _small_lock held."""
+    if need > _small_buffer_bytes():
+        return None
     while _uploads:
         _retire_oldest()
     return _small if _fit_small(need) else None
 
 
 def _fit_small(need: int) -> bool:
-    """Grow the small buffer to hold `need` bytes, in steps of _SMALL_STEP up to its cap (pinning
-    costs milliseconds per ten MiB, so a first call does not pin what only large calls use); False
-    if need is past the cap. With _small_lock, and no upload reading the buffer."""
+    """Grow the small buffer to hold `need` bytes: at least double, in whole _SMALL_STEPs, up to
+    its cap (pinning costs milliseconds per ten MiB, so a first call does not pin what only large
+    calls use); False if need is past the cap. With _small_lock, and no upload reading the buffer."""
     global _small, _upload_cursor
     cap = _small_buffer_bytes()
     if need > cap:
         return False
     if _small is None or _small.nbytes < need:
-        size = min(cap, max(_SMALL_STEP, -(-need // _SMALL_STEP) * _SMALL_STEP))
+        size = min(cap, max(_SMALL_STEP, -(-need // _SMALL_STEP) * _SMALL_STEP, 2 * (_small.nbytes if _small else 0)))
         if _small is not None:
             _small.free()
             _small = None
@@ -318,7 +323,8 @@ def release() -> None:
 
 def pinned_bytes_held() -> int:
     """Page-locked bytes the engine holds right now."""
-    return sum(slot.nbytes for slot in _slots) + (_small.nbytes if _small is not None else 0)
+    small = _small                      # read once: a growing buffer is None for a moment
+    return sum(slot.nbytes for slot in _slots) + (small.nbytes if small is not None else 0)
 
 
 @atexit.register
@@ -512,7 +518,11 @@ class _Down:
         self.ordinal = ordinal
         with rt.on(ordinal):
             self.cu = rt.new_stream(ordinal)
-            self.event = rt.Event()
+            try:
+                self.event = rt.Event()
+            except BaseException:
+                rt.destroy_stream(self.cu)
+                raise
 
     def handoff(self, stream_cu) -> None:
         """Work queued on `down` from now runs after what is queued on stream_cu so far. One event
@@ -555,7 +565,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     if nbytes == 0:
         return
     flat = host.reshape(-1) if host.flags.c_contiguous else None
-    small = nbytes <= _limits.small_bytes
+    small = nbytes <= min(_limits.small_bytes, _ONE_WAY_SMALL_BYTES)
     # Page-locked already (a result from the pool, pyew.empty_pinned, memory CUDA locked): one DMA
     # in place, and a wait. A small upload that fits the small buffer is staged instead, so the
     # caller does not wait for it, and is not asked about up to _STAGED_UPLOAD_BYTES (above that a
@@ -830,9 +840,10 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     here = [pinned.is_direct(v) for v in ins + outs]
     need = sum(_round(v.nbytes) for v in ins + outs)
     k = len(ins)
+    staged = sum(_round(v.nbytes) for v, d in zip(ins + outs, here) if not d)
     with _small_lock:
-        buf = _small_buffer(sum(_round(v.nbytes) for v, d in zip(ins + outs, here) if not d))
-        if buf is None:             # the small buffer holds only the operands it stages
+        buf = _small_buffer(staged) if staged else None     # it holds only the operands it stages
+        if staged and buf is None:
             return False
         dbase = rt.malloc(need, stream)
         try:

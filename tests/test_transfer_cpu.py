@@ -497,8 +497,8 @@ def test_a_locked_upload_past_the_staged_size_goes_by_dma(fake):
 
 def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     """The small buffer is pinned in steps of _SMALL_STEP as one-shot calls need (a first small
-    call does not pin the cap), holds only the operands it stages (a pinned result is not
-    counted), and a call staging more than its cap is declined (it streams)."""
+    call does not pin the cap; a call with nothing to stage pins none), holds only the operands it
+    stages (a pinned result is not counted), and a call staging more than its cap is declined."""
     step = transfer._SMALL_STEP
     transfer.set_transfer_limits(pinned_bytes=4 * step, small_bytes=3 * step, threads=2)
     assert 2 * step <= transfer._small_buffer_bytes() < 3 * step          # half of pinned_bytes
@@ -506,6 +506,12 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     def add1(ins, outs, stream, n):
         device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
 
+    locked = pinned.empty_pinned(pinned.RESULT_BYTES // 4, "float32")
+    locked[...] = 1
+    out = pinned.empty_pinned(locked.shape, "float32")
+    assert transfer.one_shot([locked], [out], add1, S)             # nothing to stage: no small buffer
+    np.testing.assert_array_equal(out, 2)
+    assert transfer.pinned_bytes_held() == 0
     tiny = np.arange(16, dtype=np.float32)
     res = np.empty_like(tiny)
     assert transfer.one_shot([tiny], [res], add1, S)
