@@ -38,7 +38,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -50,12 +50,20 @@ _MiB = 1 << 20
 _ALIGN = 256                    # chunk offsets and slot regions stay 256-byte aligned
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (a container or taskset may allow fewer than the host has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Limits:
     # the ring of streamed blocks (15 MiB a slot at 16 threads) and the small buffer (small_bytes)
     pinned_bytes: int = 432 * _MiB
     device_bytes: int = 1024 * _MiB
-    threads: int = max(1, min(16, os.cpu_count() or 1))
+    threads: int = field(default_factory=lambda: max(1, min(16, _usable_cpus())))
     # Up to this many bytes (all operands of a call together), one shot on the caller's stream,
     # its host copies split over libew's copy workers: below it streaming costs more than it gains
     # (docs/tuning.md).
@@ -859,13 +867,6 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
 _PIECE_BYTES, _PIECES = 4 << 20, 4  # one-shot inputs of 16 MiB or more go up in 4 pieces (docs/tuning.md)
 _COPY_THREADS = 8                  # more threads copied no faster on the hosts measured (docs/tuning.md)
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 _copy_threads = min(_COPY_THREADS, _usable_cpus())     # never more copy threads than the CPUs it may run on

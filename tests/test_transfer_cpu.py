@@ -530,3 +530,12 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     transfer.to_device(tiny, d, S)                    # an upload after the growth: a region of the new buffer
     np.testing.assert_array_equal(device_view(d, np.float32, (16,)), tiny)
     fake.free(d, S)
+
+
+def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch):
+    """A process limited to 3 CPUs (a container, taskset) gets 3 transfer threads, not the host's
+    count; never more than 16, never fewer than 1."""
+    import os
+    for cpus, want in (({0, 1, 2}, 3), (set(range(64)), 16), (set(), 1)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, c=cpus: c, raising=False)
+        assert transfer.Limits().threads == want
