@@ -539,3 +539,73 @@ def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch)
     for cpus, want in (({0, 1, 2}, 3), (set(range(64)), 16), (set(), 1)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, c=cpus: c, raising=False)
         assert transfer.Limits().threads == want
+
+
+@pytest.mark.parametrize("shape", [(4 * (1 << 19) + 77,), (1 << 11, 1 << 10)])
+def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
+    """stream_call's one shot over C-ordered operands of the call's shape (1-d or not): the kernel
+    step runs once per part on 1-d runs that cover every element once; a broadcast operand makes
+    one whole step."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    rng = np.random.default_rng(6)
+    x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    steps = []
+
+    def kernel(chunk):
+        steps.append(chunk.out_shapes[0])
+        _add_kernel(chunk)
+
+    out = np.full(shape, np.nan, np.float32)
+    transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(y, shape)], [out], shape, kernel, S)
+    np.testing.assert_array_equal(out, x + y)
+    n = x.size
+    assert len(steps) == transfer._OVERLAP_PARTS and all(len(s) == 1 for s in steps)
+    assert sum(s[0] for s in steps) == n
+    steps.clear()
+    row = y.reshape(-1)[:shape[-1]].reshape((1,) * (len(shape) - 1) + (shape[-1],)) if len(shape) > 1 else y[:1]
+    out[...] = np.nan
+    transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(row, row.shape)], [out], shape,
+                         kernel, S)
+    np.testing.assert_array_equal(out, x + row)
+    assert steps == [shape]
+
+
+def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libew, monkeypatch):
+    """An upload queued (not yet run) from the small buffer, then a one-shot call that needs a
+    larger buffer: the upload's copy runs before the old buffer is freed, and lands intact."""
+    pending, ran = [], []
+
+    class LateEvent:
+        def __init__(self, timing=False):
+            pass
+
+        def record(self, stream_cu):
+            self.mark = len(pending)
+
+        def synchronize(self):
+            while len(ran) < self.mark:
+                d, s, n = pending[len(ran)]
+                ctypes.memmove(d, s, n)
+                ran.append(1)
+
+    htod = rt.copy_htod
+    step = transfer._SMALL_STEP
+    transfer.set_transfer_limits(pinned_bytes=8 * step, small_bytes=4 * step, threads=2)
+    monkeypatch.setattr(rt, "Event", LateEvent)
+    monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: pending.append((d, s, n)))
+    a = np.arange(1000, dtype=np.float32)
+    d = fake.malloc(a.nbytes, S)
+    transfer.to_device(a, d, S)                                # queued from the first 16 MiB buffer
+    assert not ran and transfer.pinned_bytes_held() == step
+    monkeypatch.setattr(rt, "copy_htod", htod)
+    big = np.arange((step + (1 << 20)) // 4, dtype=np.float32)
+
+    def add1(ins, outs, stream, n):
+        device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
+
+    res = np.empty_like(big)
+    assert transfer.one_shot([big], [res], add1, S)
+    assert ran == [1] and transfer.pinned_bytes_held() == 3 * step        # big and res staged: 34 MiB
+    np.testing.assert_array_equal(device_view(d, np.float32, a.shape), a)
+    np.testing.assert_array_equal(res, big + 1)
+    fake.free(d, S)
