@@ -153,14 +153,19 @@ class Pinned:
 class _Lane:
     """A worker's stream and event on one GPU, and its pinned slot. `raw` is the stream as the
     call layer's kernels take one. Lane i of every GPU uses pinned slot i: one streamed call runs
-    at a time (_engine_lock), and the slots are portable, so the ring is shared by the GPUs."""
+    at a time (_engine_lock), and the slots are portable, so the ring is shared by the GPUs. A lane
+    without a slot is a GPU's second stream for one-shot calls in parts (_move's `down`)."""
     __slots__ = ("stream", "event", "slot", "ordinal", "raw")
 
-    def __init__(self, slot: Pinned, ordinal: int):
+    def __init__(self, slot: Pinned | None, ordinal: int):
         self.ordinal = ordinal
         with rt.on(ordinal):
             self.stream = rt.new_stream(ordinal)
-            self.event = rt.Event()
+            try:
+                self.event = rt.Event()
+            except BaseException:
+                rt.destroy_stream(self.stream)
+                raise
         self.raw = rt.RawStream(self.stream, ordinal)
         self.slot = slot
 
@@ -168,6 +173,12 @@ class _Lane:
         """Wait for the lane's stream: its slot is free for the worker's next block."""
         self.event.record(self.stream)
         self.event.synchronize()
+
+    def follow(self, stream_cu) -> None:
+        """Work queued on this lane from now runs after what is queued on stream_cu so far. One
+        event serves every call: a wait takes the event as recorded when the wait is queued."""
+        self.event.record(stream_cu)
+        rt.wait_event(self.stream, self.event)
 
     def close(self) -> None:
         with rt.on(self.ordinal):
@@ -203,21 +214,14 @@ def _retire_oldest() -> None:
 def _small_buffer(need: int = 0) -> Pinned | None:
     """The whole small pinned buffer, of at least `need` bytes, once every copy still reading it
     (uploads') is done; None if `need` is past its cap. Call with _small_lock held."""
-    if need > _small_buffer_bytes():
-        return None
-    while _uploads:
-        _retire_oldest()
-    return _small if _fit_small(need) else None
-
-
-def _fit_small(need: int) -> bool:
-    """Grow the small buffer to hold `need` bytes: at least double, in whole _SMALL_STEPs, up to
-    its cap (pinning costs milliseconds per ten MiB, so a first call does not pin what only large
-    calls use); False if need is past the cap. With _small_lock, and no upload reading the buffer."""
     global _small, _upload_cursor
     cap = _small_buffer_bytes()
     if need > cap:
-        return False
+        return None
+    while _uploads:
+        _retire_oldest()
+    # grown at least twofold, in whole _SMALL_STEPs, up to the cap: pinning costs milliseconds per
+    # ten MiB, so a first call does not pin what only large calls use
     if _small is None or _small.nbytes < need:
         size = min(cap, max(_SMALL_STEP, -(-need // _SMALL_STEP) * _SMALL_STEP, 2 * (_small.nbytes if _small else 0)))
         if _small is not None:
@@ -225,7 +229,7 @@ def _fit_small(need: int) -> bool:
             _small = None
         _small = Pinned(size)
         _upload_cursor = 0
-    return True
+    return _small
 
 
 def _upload_region(nbytes: int) -> int | None:
@@ -295,23 +299,17 @@ def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
 
 def _release_locked() -> None:
     global _pool, _small, _upload_cursor
-    for lanes in _lanes.values():
-        for lane in lanes:
-            try:
-                lane.close()
-            except Exception:
-                pass
+    for lane in [*(la for lanes in _lanes.values() for la in lanes), *_downs.values()]:
+        with contextlib.suppress(Exception):
+            lane.close()
     _lanes.clear()
+    _downs.clear()
     for slot in _slots:
         slot.free()
     _slots.clear()
     while _uploads:
         _retire_oldest()
     _spare_events.clear()
-    for down in _downs.values():
-        with contextlib.suppress(Exception):
-            down.close()
-    _downs.clear()
     if _small is not None:
         _small.free()
         _small = None
@@ -397,7 +395,7 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, piece: int = 0, down: _Down | None = None) -> None:
+          settle=None, copy=np.copyto, piece: int = 0, down: _Lane | None = None) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
     (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
     their host views `outs`, settle() waits for the stream (by default on this thread), and the
@@ -421,16 +419,17 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     k = len(ins)
     try:
         if parts:
+            flats = [v.reshape(-1) for v in ins]
+            sizes = [v.itemsize for v in ins + outs]
+            homes = [v.ctypes.data if o is None else buf.ptr + o for v, o in zip(outs, offs[k:])]
             for lo, hi in parts:
-                for v, dp, o in zip(ins, ptrs, offs):
-                    _up_range(v.reshape(-1), dp, o, lo, hi, buf, stream_cu, copy)
-                launch([p + lo * v.itemsize for p, v in zip(ptrs, ins + outs)], hi - lo)
-                down.handoff(stream_cu)
-                for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
-                    b = v.itemsize
-                    host = v.ctypes.data if o is None else buf.ptr + o
-                    rt.copy_dtoh(host + lo * b, dp + lo * b, (hi - lo) * b, down.cu)
-            rt.stream_synchronize(down.cu)
+                for f, dp, o in zip(flats, ptrs, offs):
+                    _up_range(f, dp, o, lo, hi, buf, stream_cu, copy)
+                launch([p + lo * b for p, b in zip(ptrs, sizes)], hi - lo)
+                down.follow(stream_cu)
+                for home, dp, b in zip(homes, ptrs[k:], sizes[k:]):
+                    rt.copy_dtoh(home + lo * b, dp + lo * b, (hi - lo) * b, down.stream)
+            rt.stream_synchronize(down.stream)
         else:
             _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece)
             if launch is not None:
@@ -444,7 +443,7 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     except BaseException:
         # copies may be queued from or into memory the caller frees or reuses once this raises (a
         # pooled result, a region of buf): they finish first
-        for st in (stream_cu, down.cu if down is not None else None):
+        for st in (stream_cu, down.stream if down is not None else None):
             if st is not None:
                 with contextlib.suppress(Exception):
                     rt.stream_synchronize(st)
@@ -470,10 +469,10 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece: int) -> None:
             rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
         elif piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
             pending = up(pending)
-            n = v.size
+            f, n = v.reshape(-1), v.size
             step = -(-n // _PIECES)
             for lo in range(0, n, step):
-                _up_range(v.reshape(-1), dp, o, lo, min(n, lo + step), buf, stream_cu, copy)
+                _up_range(f, dp, o, lo, min(n, lo + step), buf, stream_cu, copy)
         else:
             copy(buf.array(o, v.dtype, v.shape), v)
             end = _round(pending[2]) if pending else 0
@@ -517,40 +516,13 @@ def _parts(ins, outs, down) -> list[tuple[int, int]]:
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
-class _Down:
-    """A GPU's second stream for one-shot calls, whose parts' outputs go down on it while later
-    parts go up on the caller's stream, and the event it waits on for each part's kernel."""
-    __slots__ = ("cu", "event", "ordinal")
-
-    def __init__(self, ordinal: int):
-        self.ordinal = ordinal
-        with rt.on(ordinal):
-            self.cu = rt.new_stream(ordinal)
-            try:
-                self.event = rt.Event()
-            except BaseException:
-                rt.destroy_stream(self.cu)
-                raise
-
-    def handoff(self, stream_cu) -> None:
-        """Work queued on `down` from now runs after what is queued on stream_cu so far. One event
-        serves every part: a wait takes the event as it was recorded when the wait is queued."""
-        self.event.record(stream_cu)
-        rt.wait_event(self.cu, self.event)
-
-    def close(self) -> None:
-        with rt.on(self.ordinal):
-            rt.stream_synchronize(self.cu)
-            rt.destroy_stream(self.cu)
+_downs: dict[int, _Lane] = {}      # per GPU, with _small_lock: the second stream of one-shot calls
 
 
-_downs: dict[int, _Down] = {}      # per GPU, with _small_lock
-
-
-def _down_stream(ordinal: int) -> _Down:
+def _down_stream(ordinal: int) -> _Lane:
     got = _downs.get(ordinal)
     if got is None:
-        got = _downs[ordinal] = _Down(ordinal)
+        got = _downs[ordinal] = _Lane(None, ordinal)
     return got
 
 

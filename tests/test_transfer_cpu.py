@@ -421,7 +421,7 @@ def test_a_one_shot_call_in_parts_sends_each_part_down_on_a_second_stream(fake, 
     res = np.full(n, np.nan, np.float32)
     assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=True)
     np.testing.assert_array_equal(res, a + b)
-    down = transfer._downs[S.ordinal].cu
+    down = transfer._downs[S.ordinal].stream
     assert down != S.cu and down in fake.streams.synced
     launches = [e[2] for e in log if e[0] == "launch"]
     assert len(launches) == transfer._OVERLAP_PARTS and sum(launches) == n
@@ -470,7 +470,7 @@ def test_an_error_in_a_later_part_waits_for_both_streams(fake, libew, monkeypatc
     with pytest.raises(MemoryError, match="staging failed"):
         transfer.one_shot([a, b], [np.empty_like(a)], _add_parts(log), S, parts=True)
     assert [e[0] for e in log].count("launch") == 2
-    down = transfer._downs[S.ordinal].cu
+    down = transfer._downs[S.ordinal].stream
     assert fake.streams.synced[-2:] == [S.cu, down]
     monkeypatch.setattr(transfer, "_copy", staging)
     res = np.full_like(a, np.nan)
@@ -495,6 +495,10 @@ def test_a_locked_upload_past_the_staged_size_goes_by_dma(fake):
     fake.free(d, S)
 
 
+def _add1(ins, outs, stream, n):
+    device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
+
+
 def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     """The small buffer is pinned in steps of _SMALL_STEP as one-shot calls need (a first small
     call does not pin the cap; a call with nothing to stage pins none), holds only the operands it
@@ -503,28 +507,25 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     transfer.set_transfer_limits(pinned_bytes=4 * step, small_bytes=3 * step, threads=2)
     assert 2 * step <= transfer._small_buffer_bytes() < 3 * step          # half of pinned_bytes
 
-    def add1(ins, outs, stream, n):
-        device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
-
     locked = pinned.empty_pinned(pinned.RESULT_BYTES // 4, "float32")
     locked[...] = 1
     out = pinned.empty_pinned(locked.shape, "float32")
-    assert transfer.one_shot([locked], [out], add1, S)             # nothing to stage: no small buffer
+    assert transfer.one_shot([locked], [out], _add1, S)             # nothing to stage: no small buffer
     np.testing.assert_array_equal(out, 2)
     assert transfer.pinned_bytes_held() == 0
     tiny = np.arange(16, dtype=np.float32)
     res = np.empty_like(tiny)
-    assert transfer.one_shot([tiny], [res], add1, S)
+    assert transfer.one_shot([tiny], [res], _add1, S)
     np.testing.assert_array_equal(res, tiny + 1)
     assert transfer.pinned_bytes_held() == step
     big = np.arange((step + (1 << 20)) // 4, dtype=np.float32)        # a step and 1 MiB
     res = pinned.empty_pinned(big.shape, "float32")                    # direct: only big is staged
     res[...] = np.nan
-    assert transfer.one_shot([big], [res], add1, S, parts=True)
+    assert transfer.one_shot([big], [res], _add1, S, parts=True)
     np.testing.assert_array_equal(res, big + 1)
     assert transfer.pinned_bytes_held() == 2 * step
     over = np.arange((3 * step) // 8, dtype=np.float32)                 # small_bytes moved, 3 steps staged
-    assert not transfer.one_shot([over], [np.empty_like(over)], add1, S)
+    assert not transfer.one_shot([over], [np.empty_like(over)], _add1, S)
     assert transfer.pinned_bytes_held() == 2 * step
     d = fake.malloc(tiny.nbytes, S)
     transfer.to_device(tiny, d, S)                    # an upload after the growth: a region of the new buffer
@@ -600,11 +601,8 @@ def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libe
     monkeypatch.setattr(rt, "copy_htod", htod)
     big = np.arange((step + (1 << 20)) // 4, dtype=np.float32)
 
-    def add1(ins, outs, stream, n):
-        device_view(outs[0], np.float32, (n,))[...] = device_view(ins[0], np.float32, (n,)) + 1
-
     res = np.empty_like(big)
-    assert transfer.one_shot([big], [res], add1, S)
+    assert transfer.one_shot([big], [res], _add1, S)
     assert ran == [1] and transfer.pinned_bytes_held() == 3 * step        # big and res staged: 34 MiB
     np.testing.assert_array_equal(device_view(d, np.float32, a.shape), a)
     np.testing.assert_array_equal(res, big + 1)
