@@ -17,11 +17,12 @@ namespace np {
 template <typename T>
 inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-// float32 results of the functions whose float versions exceed 2 ulp are evaluated in double and
-// rounded once, within 1 ulp of the correctly rounded result: CUDA documents tanf 4 ulp, sinhf,
-// atanhf 3, acoshf 4, atan2f 3, erfcf 4, powf 4 (CUDA C++ Programming Guide, Mathematical
-// Functions), and over every float32 input CUDA 13.0's tanf, sinhf, coshf (documented at 2),
-// acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md, Accuracy). asinf,
+// float32 results of the functions whose float versions exceed 2 ulp take forms of their own: CUDA
+// documents tanf 4 ulp, sinhf, atanhf 3, acoshf 4, atan2f 3, erfcf 4, powf 4 (CUDA C++ Programming
+// Guide, Mathematical Functions), and over every float32 input CUDA 13.0's tanf, sinhf, coshf
+// (documented at 2), acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md,
+// Accuracy). sinh, cosh and arctanh are evaluated in float, within 2 ulp; the others in double and
+// rounded once, within 1 ulp of the correctly rounded result. asinf,
 // acosf (documented at 2 ulp) and asinhf (documented at 3, at most 1.74 over every input) are used
 // as they are; the slow test
 // test_float32_functions_over_every_input checks all three against double on every float32 input.
@@ -40,7 +41,7 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_2
 
-// The pieces of arctanh and arccosh below: double precision where a float result needs it (about
+// The pieces of arccosh and power below: double precision where a float result needs it (about
 // 2^-39), and no further. atanh(s) for |s| < 0.18 by its series (the next term is below 2^-39 of
 // the result); 2^k as a double from its bits (|k| < 1000); 1 / d, for a positive normal d, from the
 // GPU's double reciprocal estimate (about 2^-20) and Newton steps, each doubling the bits that
@@ -54,7 +55,7 @@ EW_NP_VIA_DOUBLE_2(hypot, hypot)
 [[maybe_unused]] static __constant__ double kAtanhTerms[6] = {1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9, 1.0 / 11, 1.0 / 13};
 [[maybe_unused]] static __constant__ double kExpTerms[8] = {1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
                                                             1.0 / 720,     1.0 / 120,    1.0 / 24,    1.0 / 6};
-[[maybe_unused]] static __constant__ double kLogs[3] = {0.69314718055994530942, 1.4426950408889634, 0.34657359027997265};
+[[maybe_unused]] static __constant__ double kLogs[2] = {0.69314718055994530942, 1.4426950408889634};
 
 __device__ __forceinline__ double atanh_series(double s) {
   const double s2 = s * s;
@@ -75,25 +76,6 @@ __device__ __forceinline__ double recip(double d) {
   return r;
 }
 
-
-// atanh(a) = log(q) / 2 with q = (1 + a) / (1 - a) = 2^k m, m within about [0.7, 1.42):
-// k ln2 / 2 + atanh(s), s = (m - 1) / (m + 1) = ((1 + a) - 2^k (1 - a)) / ((1 + a) + 2^k (1 - a)),
-// k from q in float (an estimate is enough). For a >= 1/8, 1 + a and 1 - a are exact in double;
-// below it, atanh(a) is the series itself.
-__device__ __forceinline__ float arctanh_via_log(float x) {
-  const float a = ::fabsf(x);
-  if (!(a < 1.0f)) return a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
-  const double d = a;
-  double r;
-  if (a < 0.125f) {
-    r = atanh_series(d);
-  } else {
-    const int k = ((__float_as_int((1.0f + a) / (1.0f - a) * 0.70710678f) >> 23) & 0xff) - 126;
-    const double num = 1.0 + d, scaled = pow2(k) * (1.0 - d);
-    r = ::fma(static_cast<double>(k), kLogs[2], atanh_series((num - scaled) * recip(num + scaled)));
-  }
-  return ::copysignf(static_cast<float>(r), x);
-}
 
 // acosh(x) = log(y), y = x + sqrt(x^2 - 1) = 2^k m: k ln2 + 2 atanh((m - 1) / (m + 1)). x * x - 1
 // is exact in double for a float x (a 48-bit square), so near 1 nothing cancels; its square root is
@@ -141,27 +123,87 @@ __device__ __forceinline__ double exp_for_float(double t) {
   return exp_in_range(t > 150.0 ? 150.0 : t);
 }
 
-// float32 sinh and cosh from exp_for_float and its reciprocal, at a fraction of the cost of double
-// sinh and cosh (those keep float32 calls compute-bound): e^|x| errs by about 2^-42, and e - 1/e
-// cancels at most 32-fold from |x| = 2^-5 on, so the one rounding to float stays within 1 ulp.
-// Below 2^-5, sinh's Taylor series takes over (its next term is below 2^-58 there).
-[[maybe_unused]] static __constant__ double kSinhTerms[3] = {1.0 / 6, 1.0 / 120, 1.0 / 5040};
-__device__ __forceinline__ float sinh_via_exp(float x) {
-  const double a = ::fabsf(x);
-  double r;
-  if (a < 0.03125) {
-    const double a2 = a * a;
-    r = ::fma(a * a2, ::fma(a2, ::fma(a2, kSinhTerms[2], kSinhTerms[1]), kSinhTerms[0]), a);
-  } else {
-    const double e = exp_for_float(a);
-    r = 0.5 * (e - recip(e));
-  }
-  return ::copysignf(static_cast<float>(r), x);
+// float32 sinh, cosh and arctanh in float, within 2 ulp of the correctly rounded result on every
+// float32 input (the slow test_float32_functions_over_every_input measures them; their double
+// forms, within 1 ulp, held the H200 under its copy rate: docs/tuning.md). e^a = e1 2^j with j =
+// round(a / ln2), r = a - j ln2 in two parts (the first product exact) and e1 = 1 + r + r^2 Q(r),
+// Q of degree 5 fitted to (e^r - 1 - r) / r^2 on |r| <= ln2 / 2.
+__device__ __forceinline__ float exp_scaled(float a, int& j) {
+  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a / ln2) in the low bits
+  const float shifted = ::fmaf(a, 1.44269504f, kRound);
+  j = __float_as_int(shifted) - 0x4B400000;
+  const float jf = shifted - kRound;
+  float r = ::fmaf(-jf, 0.693145751953125f, a);
+  r = ::fmaf(-jf, 1.42860682e-06f, r);
+  float q = 1.98495196e-04f;
+  q = ::fmaf(q, r, 1.39335880e-03f);
+  q = ::fmaf(q, r, 8.33337288e-03f);
+  q = ::fmaf(q, r, 4.16664667e-02f);
+  q = ::fmaf(q, r, 1.66666672e-01f);
+  q = ::fmaf(q, r, 0.5f);
+  return 1.0f + ::fmaf(r * r, q, r);
 }
 
-__device__ __forceinline__ float cosh_via_exp(float x) {
-  const double e = exp_for_float(::fabsf(x));
-  return static_cast<float>(0.5 * (e + recip(e)));
+// e^a / 2 for 0 <= a (clamped at 89.5, past which cosh and sinh overflow; NaN stays NaN), as e1
+// 2^(j-2) 2 so that 2^(j-2) stays a normal float up to j = 129; and 1 / (2 e^a), whose rcp.approx
+// (1 ulp; flushed to 0 only where e^a / 2 is past 2^126 and the term no longer counts).
+__device__ __forceinline__ float half_exp(float a, float& half_recip) {
+  a = a > 89.5f ? 89.5f : a;
+  int j;
+  const float h = exp_scaled(a, j) * __int_as_float((j + 125) << 23) * 2.0f;
+  half_recip = 0.25f * rcp_fast(h);
+  return h;
+}
+
+// cosh = e^|x| / 2 + 1 / (2 e^|x|), where nothing cancels.
+__device__ __forceinline__ float cosh_in_float(float x) {
+  float r;
+  const float h = half_exp(::fabsf(x), r);
+  return h + r;
+}
+
+// sinh: below 1 its Taylor series to x^11 (the next term under 2^-32 of it); from 1 on e^|x| / 2 -
+// 1 / (2 e^|x|), which cancels at most 1.16-fold there.
+__device__ __forceinline__ float sinh_in_float(float x) {
+  const float a = ::fabsf(x);
+  float r;
+  if (a < 1.0f) {
+    const float s = a * a;
+    float p = 2.50521084e-08f;
+    p = ::fmaf(p, s, 2.75573192e-06f);
+    p = ::fmaf(p, s, 1.98412698e-04f);
+    p = ::fmaf(p, s, 8.33333333e-03f);
+    p = ::fmaf(p, s, 1.66666667e-01f);
+    r = ::fmaf(a * s, p, a);
+  } else {
+    float half_recip;
+    r = half_exp(a, half_recip) - half_recip;
+  }
+  return ::copysignf(r, x);
+}
+
+// arctanh: below 1/2 a + a^3 P(a^2), P of degree 5 fitted to (atanh a - a) / a^3 (the a^3 term is at
+// most a twelfth of the result); from 1/2 to 1 log1p(2a / (1 - a)) / 2, with 1 - a and 2a exact and
+// the quotient from rcp.approx and one correction (as good as a rounded division for this, and
+// cheaper), whose error log1p damps to at most 0.61 of it.
+__device__ __forceinline__ float arctanh_in_float(float x) {
+  const float a = ::fabsf(x);
+  if (!(a < 1.0f)) return a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
+  float r;
+  if (a < 0.5f) {
+    const float s = a * a;
+    float p = 0.157313675f;
+    p = ::fmaf(p, s, 0.0650612786f);
+    p = ::fmaf(p, s, 0.114671439f);
+    p = ::fmaf(p, s, 0.142642200f);
+    p = ::fmaf(p, s, 0.200004667f);
+    p = ::fmaf(p, s, 0.333333313f);
+    r = ::fmaf(a * s, p, a);
+  } else {
+    const float d = 1.0f - a, twice = 2.0f * a, q = rcp_fast(d), u = twice * q;
+    r = 0.5f * ::log1pf(::fmaf(q, ::fmaf(-u, d, twice), u));
+  }
+  return ::copysignf(r, x);
 }
 
 // float32 tan in double: x = k pi/2 + r with pi/2 in three parts (below 2^20 the first step is
@@ -268,7 +310,7 @@ __device__ __forceinline__ float erfc_for_float(float x) {
   return ::fabsf(x) < top ? r : (x != x ? x : (x < 0.0f ? 2.0f : 0.0f));
 }
 
-// The ops above at float32 through their forms in double, at every other type through C's function.
+// The ops above at float32 through their own forms, at every other type through C's function.
 #define EW_NP_FLOAT32_VIA(name, float32_form, fn)                                                   \
   template <typename R = void, typename C>                                                          \
   __device__ __forceinline__ C name(C x) {                                                          \
@@ -276,10 +318,10 @@ __device__ __forceinline__ float erfc_for_float(float x) {
     else return ::fn(x);                                                                            \
   }
 EW_NP_FLOAT32_VIA(erfc, erfc_for_float, erfc)
-EW_NP_FLOAT32_VIA(sinh, sinh_via_exp, sinh)
-EW_NP_FLOAT32_VIA(cosh, cosh_via_exp, cosh)
+EW_NP_FLOAT32_VIA(sinh, sinh_in_float, sinh)
+EW_NP_FLOAT32_VIA(cosh, cosh_in_float, cosh)
 EW_NP_FLOAT32_VIA(tan, tan_via_series, tan)
-EW_NP_FLOAT32_VIA(arctanh, arctanh_via_log, atanh)
+EW_NP_FLOAT32_VIA(arctanh, arctanh_in_float, atanh)
 EW_NP_FLOAT32_VIA(arccosh, arccosh_via_log, acosh)
 #undef EW_NP_FLOAT32_VIA
 
