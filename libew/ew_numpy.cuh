@@ -163,47 +163,40 @@ __device__ __forceinline__ float cosh_in_float(float x) {
 }
 
 // sinh: below 1 its Taylor series to x^11 (the next term under 2^-32 of it); from 1 on e^|x| / 2 -
-// 1 / (2 e^|x|), which cancels at most 1.16-fold there.
+// 1 / (2 e^|x|), which cancels at most 1.16-fold there. Both are computed and one is selected: a
+// branch made most warps of mixed inputs run both anyway, and cost more than the select.
 __device__ __forceinline__ float sinh_in_float(float x) {
   const float a = ::fabsf(x);
-  float r;
-  if (a < 1.0f) {
-    const float s = a * a;
-    float p = 2.50521084e-08f;
-    p = ::fmaf(p, s, 2.75573192e-06f);
-    p = ::fmaf(p, s, 1.98412698e-04f);
-    p = ::fmaf(p, s, 8.33333333e-03f);
-    p = ::fmaf(p, s, 1.66666667e-01f);
-    r = ::fmaf(a * s, p, a);
-  } else {
-    float half_recip;
-    r = half_exp(a, half_recip) - half_recip;
-  }
-  return ::copysignf(r, x);
+  const float s = a * a;
+  float p = 2.50521084e-08f;
+  p = ::fmaf(p, s, 2.75573192e-06f);
+  p = ::fmaf(p, s, 1.98412698e-04f);
+  p = ::fmaf(p, s, 8.33333333e-03f);
+  p = ::fmaf(p, s, 1.66666667e-01f);
+  const float series = ::fmaf(a * s, p, a);
+  float half_recip;
+  const float h = half_exp(a, half_recip);
+  return ::copysignf(a < 1.0f ? series : h - half_recip, x);
 }
 
 // arctanh: below 1/2 a + a^3 P(a^2), P of degree 5 fitted to (atanh a - a) / a^3 (the a^3 term is at
 // most a twelfth of the result); from 1/2 to 1 log1p(2a / (1 - a)) / 2, with 1 - a and 2a exact and
 // the quotient from rcp.approx and one correction (as good as a rounded division for this, and
-// cheaper), whose error log1p damps to at most 0.61 of it.
+// cheaper), whose error log1p damps to at most 0.61 of it. Both computed, one selected, as sinh's.
 __device__ __forceinline__ float arctanh_in_float(float x) {
   const float a = ::fabsf(x);
   if (!(a < 1.0f)) return a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
-  float r;
-  if (a < 0.5f) {
-    const float s = a * a;
-    float p = 0.157313675f;
-    p = ::fmaf(p, s, 0.0650612786f);
-    p = ::fmaf(p, s, 0.114671439f);
-    p = ::fmaf(p, s, 0.142642200f);
-    p = ::fmaf(p, s, 0.200004667f);
-    p = ::fmaf(p, s, 0.333333313f);
-    r = ::fmaf(a * s, p, a);
-  } else {
-    const float d = 1.0f - a, twice = 2.0f * a, q = rcp_fast(d), u = twice * q;
-    r = 0.5f * ::log1pf(::fmaf(q, ::fmaf(-u, d, twice), u));
-  }
-  return ::copysignf(r, x);
+  const float s = a * a;
+  float p = 0.157313675f;
+  p = ::fmaf(p, s, 0.0650612786f);
+  p = ::fmaf(p, s, 0.114671439f);
+  p = ::fmaf(p, s, 0.142642200f);
+  p = ::fmaf(p, s, 0.200004667f);
+  p = ::fmaf(p, s, 0.333333313f);
+  const float series = ::fmaf(a * s, p, a);
+  const float d = 1.0f - a, twice = 2.0f * a, q = rcp_fast(d), u = twice * q;
+  const float logs = 0.5f * ::log1pf(::fmaf(q, ::fmaf(-u, d, twice), u));
+  return ::copysignf(a < 0.5f ? series : logs, x);
 }
 
 // float32 tan in double: x = k pi/2 + r with pi/2 in three parts (below 2^20 the first step is

@@ -814,29 +814,39 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     (nothing done) if they do not fit. With `parts`, launch is elementwise over C-ordered runs and
     takes any part of them (pointers into each operand and its length): a large enough call goes
     in parts whose copies up and down overlap (_move)."""
-    if sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs) > _limits.small_bytes:
+    views = [*inputs, *outputs]
+    sizes = [v.nbytes for v in views]
+    if sum(sizes) > _limits.small_bytes:
         return False
-    ins, outs = list(inputs), list(outputs)
-    here = [pinned.is_direct(v) for v in ins + outs]
-    need = sum(_round(v.nbytes) for v in ins + outs)
-    k = len(ins)
-    staged = sum(_round(v.nbytes) for v, d in zip(ins + outs, here) if not d)
+    k = len(inputs)
+    # a second stream only where _parts can split the call (its largest input two parts or more):
+    # small calls, most of them, skip asking
+    split = parts and k and max(sizes[:k]) >= 2 * _OVERLAP_PART_BYTES
+    here = [pinned.is_direct(v) for v in views]
+    if not split:
+        # C-ordered operands of at most _DRIVER_COPY_BYTES go by CUDA's own copy from and to
+        # pageable memory, which stages them faster than a copy into the small buffer does
+        here = [d or (n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) for d, n, v in zip(here, sizes, views)]
+    rounded = [_round(n) for n in sizes]
+    need = sum(rounded)
+    staged = sum(r for r, d in zip(rounded, here) if not d)
     with _small_lock:
         buf = _small_buffer(staged) if staged else None     # it holds only the operands it stages
         if staged and buf is None:
             return False
         dbase = rt.malloc(need, stream)
         try:
-            ptrs = _laid_out(dbase, ins + outs)
-            _move(ins, outs, ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES, here=here,
+            ptrs = _laid_out(dbase, views)
+            _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
-                  down=_down_stream(stream.ordinal) if parts else None)
+                  down=_down_stream(stream.ordinal) if split else None)
         finally:
             rt.free(dbase, stream, need)
     return True
 
 
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
+_DRIVER_COPY_BYTES = 512 << 10    # one-shot operands CUDA copies from and to pageable memory itself (docs/tuning.md)
 _PIECE_BYTES, _PIECES = 4 << 20, 4  # one-shot inputs of 16 MiB or more go up in 4 pieces (docs/tuning.md)
 _COPY_THREADS = 8                  # more threads copied no faster on the hosts measured (docs/tuning.md)
 

@@ -318,7 +318,8 @@ def _one_shot_case(fake):
 
 def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeypatch):
     """A one-shot call stages a large C-ordered input in pieces, each queued up before the next is
-    staged, and a small one whole; every element arrives once, in place, and the results come back."""
+    staged, and a small one goes up from its own memory; every element arrives once, in place, and
+    the results come back."""
     big, small = _one_shot_case(fake)
     fake.copy_log.clear()
     queued_when_staged = []
@@ -344,9 +345,9 @@ def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeyp
     up = [n for _, _, n in fake.copy_log[:-1]]          # the last copy is the result's, down
     assert len(up) == 5 and sum(up) == big.nbytes + small.nbytes
     assert up[-1] == small.nbytes and max(up[:4]) - min(up[:4]) < 4 * big.itemsize     # equal, less a remainder
-    # piece k was staged once the k pieces before it were queued; the small input after all four,
-    # then the result staged back
-    assert queued_when_staged[:5] == [0, 1, 2, 3, 4]
+    assert fake.copy_log[4][1] == small.ctypes.data                  # not staged: CUDA copies it itself
+    # piece k was staged once the k pieces before it were queued; then the result staged back
+    assert queued_when_staged == [0, 1, 2, 3, 6]
 
 
 def test_a_staging_error_after_pieces_went_up(fake, libew, monkeypatch):
@@ -513,7 +514,7 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     assert transfer.one_shot([locked], [out], _add1, S)             # nothing to stage: no small buffer
     np.testing.assert_array_equal(out, 2)
     assert transfer.pinned_bytes_held() == 0
-    tiny = np.arange(16, dtype=np.float32)
+    tiny = np.arange(32, dtype=np.float32)[::2]                         # strided: staged
     res = np.empty_like(tiny)
     assert transfer.one_shot([tiny], [res], _add1, S)
     np.testing.assert_array_equal(res, tiny + 1)
@@ -531,6 +532,50 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     transfer.to_device(tiny, d, S)                    # an upload after the growth: a region of the new buffer
     np.testing.assert_array_equal(device_view(d, np.float32, (16,)), tiny)
     fake.free(d, S)
+
+
+def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
+    """C-ordered operands of at most _DRIVER_COPY_BYTES are copied by CUDA from and to their own
+    (pageable) memory: nothing is staged and no small buffer is pinned. A strided one is staged, and
+    so is one past the bound, or any small one of a call that goes in parts."""
+    transfer.set_transfer_limits(pinned_bytes=64 << 20, small_bytes=32 << 20, threads=2)
+    staged = []
+    copy = transfer._copy
+    monkeypatch.setattr(transfer, "_copy", lambda d, s: (staged.append(s.nbytes), copy(d, s)))
+    limit = transfer._DRIVER_COPY_BYTES
+
+    a = np.arange(limit // 4, dtype=np.float32)                           # at the bound
+    res = np.full_like(a, np.nan)
+    fake.copy_log.clear()
+    assert transfer.one_shot([a], [res], _add1, S, parts=True)
+    np.testing.assert_array_equal(res, a + 1)
+    assert staged == [] and transfer.pinned_bytes_held() == 0
+    assert fake.copy_log[0][1] == a.ctypes.data and fake.copy_log[1][0] == res.ctypes.data     # up from a, down into res
+
+    b = np.arange(2000, dtype=np.float32)[::2]                            # strided: staged, the result not
+    res = np.full(b.shape, np.nan, np.float32)
+    assert transfer.one_shot([b], [res], _add1, S)
+    np.testing.assert_array_equal(res, b + 1)
+    assert staged == [b.nbytes]
+
+    staged.clear()
+    c = np.arange(limit // 4 + 1, dtype=np.float32)                       # past the bound: both staged
+    res = np.full_like(c, np.nan)
+    assert transfer.one_shot([c], [res], _add1, S)
+    np.testing.assert_array_equal(res, c + 1)
+    assert staged == [c.nbytes, res.nbytes]
+
+    staged.clear()
+    big = np.arange((4 << 20) // 4, dtype=np.float32)                     # 2 parts: its small input staged too
+    small = np.ones(big.size, np.int8)
+    out = np.full_like(big, np.nan)
+
+    def add_both(ins, outs, stream, n):
+        x, y = device_view(ins[0], np.float32, (n,)), device_view(ins[1], np.int8, (n,))
+        device_view(outs[0], np.float32, (n,))[...] = x + y
+    assert transfer.one_shot([big, small], [out], add_both, S, parts=True)
+    np.testing.assert_array_equal(out, big + 1)
+    assert staged == [big.nbytes // 2, small.nbytes // 2] * 2 + [out.nbytes]       # the result staged back whole
 
 
 def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch):
