@@ -620,3 +620,34 @@ def test_python_replay_turns_the_c_replay_off_for_its_block(monkeypatch):
     with harness.python_replay():
         assert library.launch is stand_in     # a stand-in already keeps the C replay off
     assert library.launch is stand_in
+
+
+def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results():
+    """bench-dask's check of gelu(x * w + b): a float32 result with the sum rounded once (a fused
+    formula) or each op rounded (op by op) passes, also where x w + b cancels; a result without the
+    bias, or off by 1e-3, fails."""
+    import math
+
+    from pyew.bench import dask_scaling
+
+    class Chunked(np.ndarray):            # a numpy array with a dask array's chunks
+        chunks = ((256,), (64,))
+
+    class Client:
+        def compute(self, arrays, sync):
+            return [np.asarray(a) for a in arrays]
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    b[:8] = -(x[0, :8] * w[:8])                    # sums that cancel in row 0
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))
+    fused = gelu((x.astype(np.float64) * w + b).astype(np.float32)).astype(np.float32)
+    by_op = gelu(((x * w).astype(np.float32) + b).astype(np.float32)).astype(np.float32)
+    xs = x.view(Chunked)
+    for y in (fused, by_op):
+        assert dask_scaling._check(Client(), y, xs, w, b, strict=True) < 1e-4
+    for wrong in (gelu(x * w).astype(np.float32), fused * np.float32(1 + 1e-3)):
+        with pytest.raises(AssertionError, match="off by"):
+            dask_scaling._check(Client(), wrong, xs, w, b, strict=True)
