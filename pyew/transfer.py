@@ -736,8 +736,12 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale)
         lanes = _ensure_lanes(k, stream.ordinal)
-        # page-locked operands of a flat call are copied straight from and into (no staging)
-        direct = [flat and pinned.is_pinned(a) for a in [op.array for op in inputs] + list(outputs)]
+        # page-locked operands are copied straight from and into (no staging) where every block of
+        # them is one run: in a flat call, and in any call for a C-ordered operand of the call's
+        # shape (chunks() cuts C-ordered blocks; a row-bias add's x and result)
+        whole = [flat or (op.shape == shape and op.array.flags.c_contiguous) for op in inputs] + \
+                [flat or o.flags.c_contiguous for o in outputs]
+        direct = [w and pinned.is_pinned(a) for w, a in zip(whole, [op.array for op in inputs] + list(outputs))]
         with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):

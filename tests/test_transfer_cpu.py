@@ -94,6 +94,40 @@ def test_stream_call_broadcasts_in_blocks(fake, xs, ys):
     assert fake.device_bytes() == 0, "device scratch is returned after the call"
 
 
+def test_a_broadcast_call_streams_its_locked_full_operands_in_place(fake):
+    """A streamed row-bias add (not flat: one operand broadcasts): its page-locked x and result,
+    C-ordered over the call's shape, go up from and down into their own memory block by block, with
+    nothing staged; a page-locked operand that is not C-ordered is staged."""
+    small_limits()
+    rng = np.random.default_rng(4)
+    shape = (300, 257)
+    y = rng.standard_normal(257).astype(np.float32)
+
+    def inside(a, p):
+        return a.ctypes.data <= p < a.ctypes.data + a.nbytes
+
+    x = pinned.empty_pinned(shape, "float32")
+    x[...] = rng.standard_normal(shape)
+    out = pinned.empty_pinned(shape, "float32")
+    out[...] = np.nan
+    fake.copy_log.clear()
+    transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(y, (1, 257))], [out], shape,
+                         _add_kernel, S)
+    np.testing.assert_array_equal(out, x + y)
+    assert sum(n for _, src, n in fake.copy_log if inside(x, src)) == x.nbytes
+    assert sum(n for dst, _, n in fake.copy_log if inside(out, dst)) == out.nbytes
+
+    xt = pinned.empty_pinned(shape[::-1], "float32").T                  # locked, not C-ordered
+    xt[...] = x
+    back = np.full(shape, np.nan, np.float32)
+    fake.copy_log.clear()
+    transfer.stream_call([transfer.HostOperand(xt, shape), transfer.HostOperand(y, (1, 257))], [back], shape,
+                         _add_kernel, S)
+    np.testing.assert_array_equal(back, x + y)
+    assert not any(inside(xt.T, src) for _, src, _ in fake.copy_log)
+    assert fake.device_bytes() == 0
+
+
 def test_blocks_respect_the_device_budget(fake):
     transfer.set_transfer_limits(pinned_bytes=1 << 20, device_bytes=64 * 1024, threads=2, small_bytes=0)
     n = 4 * 64 * 1024 // 4 * 3                            # the operands are 12x the device budget
