@@ -584,7 +584,7 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     assert transfer.one_shot([a], [res], _add1, S, parts=True)
     np.testing.assert_array_equal(res, a + 1)
     assert staged == [] and transfer.pinned_bytes_held() == 0
-    assert fake.copy_log[0][1] == a.ctypes.data and fake.copy_log[1][0] == res.ctypes.data     # up from a, down into res
+    assert fake.copy_log[0][1] == a.ctypes.data and fake.copy_log[1][0] == res.ctypes.data   # up from a, down to res
 
     b = np.arange(2000, dtype=np.float32)[::2]                            # strided: staged, the result not
     res = np.full(b.shape, np.nan, np.float32)
