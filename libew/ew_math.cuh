@@ -37,8 +37,8 @@ __device__ __forceinline__ float exp2_prescaled(float xs) {
   else return y * y;
 }
 
-// 1 / x from rcp.approx (1 ulp), subnormals flushed: callers keep x normal, and 1 / x normal or too
-// small to count.
+// 1 / x from rcp.approx (1 ulp), subnormals flushed: callers keep x normal (or infinite or NaN,
+// giving 0 or NaN), and 1 / x normal or too small to count.
 __device__ __forceinline__ float rcp_fast(float x) {
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

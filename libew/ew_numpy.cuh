@@ -145,12 +145,13 @@ __device__ __forceinline__ float exp_scaled(float a, int& j) {
 }
 
 // e^a / 2 for 0 <= a (clamped at 89.5, past which cosh and sinh overflow; NaN stays NaN), as e1
-// 2^(j-2) 2 so that 2^(j-2) stays a normal float up to j = 129; and 1 / (2 e^a), whose rcp.approx
+// 2^(j-2) 2 so that 2^(j-2) stays a normal float up to j = 129 (j is garbage for a NaN a, whose
+// product is NaN whatever the power); and 1 / (2 e^a), whose rcp.approx
 // (1 ulp; flushed to 0 only where e^a / 2 is past 2^126 and the term no longer counts).
 __device__ __forceinline__ float half_exp(float a, float& half_recip) {
   a = a > 89.5f ? 89.5f : a;
   int j;
-  const float h = exp_scaled(a, j) * __int_as_float((j + 125) << 23) * 2.0f;
+  const float h = exp_scaled(a, j) * __uint_as_float(static_cast<unsigned>(j + 125) << 23) * 2.0f;
   half_recip = 0.25f * rcp_fast(h);
   return h;
 }
@@ -179,8 +180,8 @@ __device__ __forceinline__ float sinh_in_float(float x) {
   return ::copysignf(a < 1.0f ? series : h - half_recip, x);
 }
 
-// arctanh: below 1/2 a + a^3 P(a^2), P of degree 5 fitted to (atanh a - a) / a^3 (the a^3 term is at
-// most a twelfth of the result); from 1/2 to 1 log1p(2a / (1 - a)) / 2, with 1 - a and 2a exact and
+// arctanh: below 1/2 a + a^3 P(a^2), P of degree 5 fitted to (atanh a - a) / a^3 (the a^3 term is
+// under a tenth of the result); from 1/2 to 1 log1p(2a / (1 - a)) / 2, with 1 - a and 2a exact and
 // the quotient from rcp.approx and one correction (as good as a rounded division for this, and
 // cheaper), whose error log1p damps to at most 0.61 of it. Both computed, one selected, as sinh's.
 __device__ __forceinline__ float arctanh_in_float(float x) {

@@ -400,7 +400,8 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
     their host views `outs`, settle() waits for the stream (by default on this thread), and the
     staged outputs are copied into place. An operand `here` (a flag per operand; by default all
-    when there is no buf, else none) is page-locked and copied by DMA straight from or to; the
+    when there is no buf, else none) is copied straight from or to its own memory (by DMA where it
+    is page-locked; by CUDA's own staging where it is a small pageable one, see one_shot); the
     others are staged through buf from offset start, one after another at 256-byte boundaries.
 
     Staged inputs that follow each other in both memories go up in one copy, queued once staged;
@@ -813,11 +814,12 @@ def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
 
 def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream,
              parts: bool = False) -> bool:
-    """The small-call path: copy `inputs` up through the small pinned buffer, launch(dptrs, optrs,
-    stream, n) with n the elements of the outputs, copy the results into `outputs` and wait. False
-    (nothing done) if they do not fit. With `parts`, launch is elementwise over C-ordered runs and
-    takes any part of them (pointers into each operand and its length): a large enough call goes
-    in parts whose copies up and down overlap (_move)."""
+    """The small-call path: copy `inputs` up (staged through the small pinned buffer, or straight
+    from their own memory: page-locked ones, and small C-ordered ones that CUDA stages itself),
+    launch(dptrs, optrs, stream, n) with n the elements of the outputs, copy the results into
+    `outputs` and wait. False (nothing done) if they do not fit. With `parts`, launch is
+    elementwise over C-ordered runs and takes any part of them (pointers into each operand and its
+    length): a large enough call goes in parts whose copies up and down overlap (_move)."""
     views = [*inputs, *outputs]
     sizes = [v.nbytes for v in views]
     if sum(sizes) > _limits.small_bytes:

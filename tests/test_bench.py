@@ -625,7 +625,7 @@ def test_python_replay_turns_the_c_replay_off_for_its_block(monkeypatch):
 def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results():
     """bench-dask's check of gelu(x * w + b): a float32 result with the sum rounded once (a fused
     formula) or each op rounded (op by op) passes, also where x w + b cancels; a result without the
-    bias, or off by 1e-3, fails."""
+    bias, off by 1e-3, or with its tail dropped, fails."""
     import math
 
     from pyew.bench import dask_scaling
@@ -648,6 +648,9 @@ def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results()
     xs = x.view(Chunked)
     for y in (fused, by_op):
         assert dask_scaling._check(Client(), y, xs, w, b, strict=True) < 1e-4
-    for wrong in (gelu(x * w).astype(np.float32), fused * np.float32(1 + 1e-3)):
+    tail = fused.copy()
+    tail[x * w + b < -3] = 0                       # gelu's tail, where its slope is small, dropped
+    assert (tail != fused).any()
+    for wrong in (gelu(x * w).astype(np.float32), fused * np.float32(1 + 1e-3), tail):
         with pytest.raises(AssertionError, match="off by"):
             dask_scaling._check(Client(), wrong, xs, w, b, strict=True)

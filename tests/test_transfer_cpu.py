@@ -97,7 +97,7 @@ def test_stream_call_broadcasts_in_blocks(fake, xs, ys):
 def test_a_broadcast_call_streams_its_locked_full_operands_in_place(fake):
     """A streamed row-bias add (not flat: one operand broadcasts): its page-locked x and result,
     C-ordered over the call's shape, go up from and down into their own memory block by block, with
-    nothing staged; a page-locked operand that is not C-ordered is staged."""
+    nothing staged; a page-locked input or result that is not C-ordered is staged."""
     small_limits()
     rng = np.random.default_rng(4)
     shape = (300, 257)
@@ -125,6 +125,13 @@ def test_a_broadcast_call_streams_its_locked_full_operands_in_place(fake):
                          _add_kernel, S)
     np.testing.assert_array_equal(back, x + y)
     assert not any(inside(xt.T, src) for _, src, _ in fake.copy_log)
+    back_t = pinned.empty_pinned(shape[::-1], "float32").T              # a locked result, not C-ordered
+    back_t[...] = np.nan
+    fake.copy_log.clear()
+    transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(y, (1, 257))], [back_t], shape,
+                         _add_kernel, S)
+    np.testing.assert_array_equal(back_t, x + y)
+    assert not any(inside(back_t.T, dst) for dst, _, _ in fake.copy_log)
     assert fake.device_bytes() == 0
 
 
@@ -600,13 +607,14 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     assert staged == [c.nbytes, res.nbytes]
 
     staged.clear()
-    big = np.arange((4 << 20) // 4, dtype=np.float32)                     # 2 parts: its small input staged too
+    big = np.arange(limit, dtype=np.float64)          # 4 MiB: 2 parts, so its 512 KiB int8 input is staged too
     small = np.ones(big.size, np.int8)
+    assert small.nbytes == limit
     out = np.full_like(big, np.nan)
 
     def add_both(ins, outs, stream, n):
-        x, y = device_view(ins[0], np.float32, (n,)), device_view(ins[1], np.int8, (n,))
-        device_view(outs[0], np.float32, (n,))[...] = x + y
+        x, y = device_view(ins[0], np.float64, (n,)), device_view(ins[1], np.int8, (n,))
+        device_view(outs[0], np.float64, (n,))[...] = x + y
     assert transfer.one_shot([big, small], [out], add_both, S, parts=True)
     np.testing.assert_array_equal(out, big + 1)
     assert staged == [big.nbytes // 2, small.nbytes // 2] * 2 + [out.nbytes]       # the result staged back whole
