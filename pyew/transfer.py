@@ -509,12 +509,17 @@ def _parts(ins, outs, down) -> list[tuple[int, int]]:
     n = outs[0].size
     if not all(v.size == n and v.flags.c_contiguous for v in ins + outs):
         return []
-    k = min(_OVERLAP_PARTS, max(v.nbytes for v in ins) // _OVERLAP_PART_BYTES)
+    k = _part_count(max(v.nbytes for v in ins))
     if k < 2:
         return []
     per = -(-n // k)
     step = -(-per // _ALIGN) * _ALIGN       # whole 256-element runs: parts stay vector-aligned
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def _part_count(largest_input: int) -> int:
+    """How many parts a call whose largest input has that many bytes goes in (below 2: whole)."""
+    return min(_OVERLAP_PARTS, largest_input // _OVERLAP_PART_BYTES)
 
 
 _downs: dict[int, _Lane] = {}      # per GPU, with _small_lock: the second stream of one-shot calls
@@ -825,14 +830,13 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     if sum(sizes) > _limits.small_bytes:
         return False
     k = len(inputs)
-    # a second stream only where _parts can split the call (its largest input two parts or more):
-    # small calls, most of them, skip asking
-    split = parts and k and max(sizes[:k]) >= 2 * _OVERLAP_PART_BYTES
-    here = [pinned.is_direct(v) for v in views]
-    if not split:
-        # C-ordered operands of at most _DRIVER_COPY_BYTES go by CUDA's own copy from and to
-        # pageable memory, which stages them faster than a copy into the small buffer does
-        here = [d or (n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) for d, n, v in zip(here, sizes, views)]
+    # a second stream only where _parts can split the call: small calls, most of them, skip asking
+    split = bool(parts and k) and _part_count(max(sizes[:k])) >= 2
+    # straight from and to their own memory: page-locked operands, and in a call not split, C-ordered
+    # ones of at most _DRIVER_COPY_BYTES, which CUDA's own copy from pageable memory stages faster
+    # than a copy into the small buffer does
+    here = [(not split and n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) or pinned.is_direct(v)
+            for n, v in zip(sizes, views)]
     rounded = [_round(n) for n in sizes]
     need = sum(rounded)
     staged = sum(r for r, d in zip(rounded, here) if not d)
