@@ -151,7 +151,8 @@ __device__ __forceinline__ float exp_scaled(float a, int& j) {
 __device__ __forceinline__ float half_exp(float a, float& half_recip) {
   a = a > 89.5f ? 89.5f : a;
   int j;
-  const float h = exp_scaled(a, j) * __uint_as_float(static_cast<unsigned>(j + 125) << 23) * 2.0f;
+  const float e1 = exp_scaled(a, j);       // sets j, so j is read in a statement after it, not beside it
+  const float h = e1 * __uint_as_float(static_cast<unsigned>(j + 125) << 23) * 2.0f;
   half_recip = 0.25f * rcp_fast(h);
   return h;
 }
