@@ -716,9 +716,9 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
     flat = scaled or (all(op.shape == shape and op.array.flags.c_contiguous for op in inputs)
                       and all(o.flags.c_contiguous for o in outputs))
     space = (n,) if flat else shape
-    # every operand is counted at full rate, so a broadcast operand's block always fits too
-    per_elem = sum(op.array.dtype.itemsize / s for op, s in zip(inputs, in_scale))
-    per_elem += sum(o.dtype.itemsize / s for o, s in zip(outputs, out_scale))
+    arrays = [op.array for op in inputs] + list(outputs)
+    scales = in_scale + out_scale
+    per_elem = sum(a.dtype.itemsize / s for a, s in zip(arrays, scales))
     small_total = sum(op.array.nbytes for op in inputs) + sum(o.nbytes for o in outputs)
 
     if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
@@ -731,23 +731,21 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
                 kernel(_chunk(ins, outs, dptrs + optrs, st))
         if one_shot(ins, outs, launch, stream, parts=flat and not scaled):
             return
+    # page-locked operands are copied straight from and into (no staging) where every block of
+    # them is one run: in a flat call, and in any call for a C-ordered operand of the call's shape
+    # (chunks() cuts C-ordered blocks; a row-bias add's x and result)
+    full = [flat or op.shape == shape for op in inputs] + [True] * len(outputs)
+    whole = [f and a.flags.c_contiguous for f, a in zip(full, arrays)]
+    direct = [w and pinned.is_pinned(a) for w, a in zip(whole, arrays)]
     with _engine_lock:
         slot = _ring_slot_bytes()
-        per_host = int((slot - _ALIGN * (len(inputs) + len(outputs) + 1)) / max(per_elem, 1e-9))
-        per_dev = _per_device(per_elem + scratch_per_elem, len(inputs) + len(outputs))
-        # enough blocks for every worker, but none so small that per-block costs show
-        spread = max(int(_MIN_BLOCK_BYTES / per_elem), -(-n // _limits.threads))
-        per = max(align, min(per_host, per_dev, spread) // align * align)
+        per_host = _slot_elems(slot, arrays, scales, full, direct)
+        per_dev = _per_device(per_elem + scratch_per_elem, len(arrays))
+        per = _block_elems(n, min(per_host, per_dev), per_elem, align)
         blocks = list(chunks(space, per))
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale)
         lanes = _ensure_lanes(k, stream.ordinal)
-        # page-locked operands are copied straight from and into (no staging) where every block of
-        # them is one run: in a flat call, and in any call for a C-ordered operand of the call's
-        # shape (chunks() cuts C-ordered blocks; a row-bias add's x and result)
-        whole = [flat or (op.shape == shape and op.array.flags.c_contiguous) for op in inputs] + \
-                [flat or o.flags.c_contiguous for o in outputs]
-        direct = [w and pinned.is_pinned(a) for w, a in zip(whole, [op.array for op in inputs] + list(outputs))]
         with _lane_scratch(lanes, dev_bytes) as scratch:
 
             def work(lane: _Lane, block):
@@ -792,6 +790,38 @@ def _views(inputs, outputs, flat, block, out_scale, in_scale):
         for o in outputs:
             outs.append(o[block])
     return ins, outs
+
+
+def _slot_elems(slot: int, arrays, scales, full, direct) -> int:
+    """Elements per block that a pinned slot holds: only staged operands take room in it (direct
+    ones go by DMA from and to their own memory), and a broadcast operand's block is a part of
+    it, so small ones count once, whole, rather than per element (together at most a quarter of
+    the slot; any others per element): a row-bias call then goes in blocks as large as a
+    one-input call's (docs/tuning.md)."""
+    rate, fixed = 0.0, _ALIGN * (len(arrays) + 1)
+    for a, s, f, d in zip(arrays, scales, full, direct):
+        if d:
+            continue
+        if not f and fixed + _round(a.nbytes) <= slot // _WHOLE_SHARE:
+            fixed += _round(a.nbytes)
+        else:
+            rate += a.dtype.itemsize / s
+    return int((slot - fixed) / rate) if rate else 1 << 62
+
+
+_WHOLE_SHARE = 4        # broadcast operands counted whole take at most this part of a slot together
+
+
+def _block_elems(n: int, most: int, per_elem: float, align: int) -> int:
+    """Elements per block of a streamed call of n elements: at most `most` (what a slot and a
+    lane's device scratch hold), in a whole number of rounds of the workers (the fewest blocks
+    that fit, rounded up to a multiple of the worker count, so no round ends with a few workers
+    copying while the others wait), none so small that per-block costs show (_MIN_BLOCK_BYTES),
+    a multiple of align."""
+    workers = _limits.threads
+    k = -(-max(-(-n // max(most, 1)), 1) // workers) * workers
+    per = max(-(-n // k), int(_MIN_BLOCK_BYTES / per_elem))
+    return max(align, min(most // align * align, -(-per // align) * align))
 
 
 def _per_device(per_elem: float, operands: int) -> int:

@@ -624,8 +624,9 @@ def test_python_replay_turns_the_c_replay_off_for_its_block(monkeypatch):
 
 def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results():
     """bench-dask's check of gelu(x * w + b): a float32 result with the sum rounded once (a fused
-    formula) or each op rounded (op by op) passes, also where x w + b cancels; a result without the
-    bias, off by 1e-3, or with its tail dropped, fails."""
+    formula) or each op rounded (op by op) passes, also where x w + b cancels and deep in gelu's
+    tail (where a reference from 1 + erf rounds to 0); a result without the bias, off by 1e-3, or
+    with its tail dropped, fails."""
     import math
 
     from pyew.bench import dask_scaling
@@ -642,7 +643,8 @@ def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results()
     w = rng.standard_normal(64).astype(np.float32)
     b = rng.standard_normal(64).astype(np.float32)
     b[:8] = -(x[0, :8] * w[:8])                    # sums that cancel in row 0
-    gelu = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))
+    b[8:16] = -8.4 - x[0, 8:16] * w[8:16]           # and sums deep in the tail: gelu about -2e-16
+    gelu = np.vectorize(lambda v: 0.5 * v * math.erfc(-v / math.sqrt(2)))
     fused = gelu((x.astype(np.float64) * w + b).astype(np.float32)).astype(np.float32)
     by_op = gelu(((x * w).astype(np.float32) + b).astype(np.float32)).astype(np.float32)
     xs = x.view(Chunked)

@@ -135,6 +135,85 @@ def test_a_broadcast_call_streams_its_locked_full_operands_in_place(fake):
     assert fake.device_bytes() == 0
 
 
+def _blocks_of(call):
+    """The blocks a streamed call went in, as the shapes of its output blocks."""
+    seen = []
+
+    def kernel(chunk):
+        seen.append(chunk.out_shapes[0])
+        _add_kernel(chunk)
+
+    call(kernel)
+    return seen
+
+
+def test_a_broadcast_operand_and_a_locked_result_take_no_room_per_element_in_a_slot(fake):
+    """Only staged operands share a slot, and a small broadcast one counts once, whole: a row-bias
+    add streams in blocks as large as an add of two arrays whose result is staged, and a locked
+    result takes no room in the slot at all."""
+    transfer.set_transfer_limits(pinned_bytes=4 << 20, device_bytes=64 << 20, threads=1, small_bytes=0)
+    rng = np.random.default_rng(5)
+    shape = (2048, 1024)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(1024).astype(np.float32)
+    ops = [transfer.HostOperand(x, shape), transfer.HostOperand(w, (1, 1024))]
+
+    def run(kernel, out, inputs=ops):
+        transfer.stream_call(inputs, [out], shape, kernel, S)
+
+    pageable = np.full(shape, np.nan, np.float32)
+    row = _blocks_of(lambda k: run(k, pageable))
+    np.testing.assert_array_equal(pageable, x + w)
+    same = _blocks_of(lambda k: run(k, np.empty(shape, np.float32), [ops[0], transfer.HostOperand(x, shape)]))
+    assert len(row) < len(same), "the 4 KiB row costs no room per element"
+    locked = pinned.empty_pinned(shape, "float32")
+    locked[...] = np.nan
+    direct = _blocks_of(lambda k: run(k, locked))
+    np.testing.assert_array_equal(locked, x + w)
+    assert len(direct) < len(row), "a locked result is written by DMA, not through the slot"
+    assert fake.device_bytes() == 0
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+@pytest.mark.parametrize("n", [1 << 20, 3_000_001, 1 << 24])
+def test_streamed_blocks_come_in_whole_rounds_of_the_workers(fake, threads, n):
+    """The fewest blocks that fit a slot, rounded up to a multiple of the workers (a last round of
+    a few workers would leave the others idle), each at most what a slot holds and at least
+    _MIN_BLOCK_BYTES' worth, a multiple of align."""
+    transfer.set_transfer_limits(threads=threads)
+    for most in (1 << 16, 300_001, 1 << 21, 1 << 62):
+        for per_elem, align in ((8.0, 1), (12.0, 32)):
+            per = transfer._block_elems(n, most, per_elem, align)
+            blocks = -(-n // per)
+            assert per % align == 0 and per <= max(most, align)
+            floor = transfer._MIN_BLOCK_BYTES / per_elem
+            if per < most and per > floor + align:
+                assert blocks % threads == 0, (most, per_elem, per)
+            assert per >= min(floor, most) - align or blocks == 1
+
+
+def test_a_slot_holds_the_staged_operands_of_a_block():
+    """_slot_elems' blocks fit a slot: every staged operand's block, each rounded up to _ALIGN,
+    with small broadcast operands whole (a quarter of the slot for them all at most), and a large
+    one, or those past that quarter, counted per element."""
+    slot = 15 << 20
+    shape = (4096, 4096)
+    x = np.empty(shape, np.float32)
+    row = np.empty((1, 4096), np.float16)
+    wide = np.empty((4096, 1, 4096), np.float32)        # broadcast, but four times the slot
+    rows = [np.empty((1, 128, 4096), np.float32) for _ in range(12)]   # 2 MiB each, more than a slot together
+    out = np.empty(shape, np.float32)
+    for arrays, full, direct in (([x, row, out], [True, False, True], [False, False, False]),
+                                 ([x, row, out], [True, False, True], [False, False, True]),
+                                 ([wide, x, out], [False, True, True], [False, False, False]),
+                                 ([x, *rows, out], [True] + [False] * 12 + [True], [False] * 14)):
+        per = transfer._slot_elems(slot, arrays, [1] * len(arrays), full, direct)
+        assert per >= 1
+        need = sum(transfer._round(min(a.nbytes, per * a.itemsize)) for a, d in zip(arrays, direct) if not d)
+        assert need <= slot
+        assert need > slot // 2, "and uses most of it"
+
+
 def test_blocks_respect_the_device_budget(fake):
     transfer.set_transfer_limits(pinned_bytes=1 << 20, device_bytes=64 * 1024, threads=2, small_bytes=0)
     n = 4 * 64 * 1024 // 4 * 3                            # the operands are 12x the device budget

@@ -53,7 +53,7 @@ def _check(client, y, x, w, b, strict: bool) -> float:
                 for a in client.compute([y[first], x[first]], sync=True))
     xw = src.astype(np.float64) * w
     v = xw + b
-    cdf = 0.5 * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    cdf = 0.5 * np.vectorize(math.erfc)(-v / math.sqrt(2))     # 1 + erf(v / sqrt 2) is 0 below v = -8.3
     ref = v * cdf
     slope = np.abs(cdf + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi))
     err = float(np.max(np.abs(got - ref) / (np.abs(ref) + 1e-2 * slope * (np.abs(xw) + np.abs(b)) + 1e-30)))
