@@ -741,7 +741,7 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
         slot = _ring_slot_bytes()
         per_host = _slot_elems(slot, arrays, scales, full, direct)
         per_dev = _per_device(per_elem + scratch_per_elem, len(arrays))
-        per = _block_elems(n, min(per_host, per_dev), per_elem, align)
+        per = _block_elems(space, min(per_host, per_dev), per_elem, align)
         blocks = list(chunks(space, per))
         k = min(len(blocks), _limits.threads)
         dev_bytes = _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale)
@@ -812,16 +812,29 @@ def _slot_elems(slot: int, arrays, scales, full, direct) -> int:
 _WHOLE_SHARE = 4        # broadcast operands counted whole take at most this part of a slot together
 
 
-def _block_elems(n: int, most: int, per_elem: float, align: int) -> int:
-    """Elements per block of a streamed call of n elements: at most `most` (what a slot and a
-    lane's device scratch hold), in a whole number of rounds of the workers (the fewest blocks
-    that fit, rounded up to a multiple of the worker count, so no round ends with a few workers
-    copying while the others wait), none so small that per-block costs show (_MIN_BLOCK_BYTES),
-    a multiple of align."""
+def _block_elems(space: tuple[int, ...], most: int, per_elem: float, align: int) -> int:
+    """Elements per block of a streamed call over `space` (its flat length, or its shape): at most
+    `most` (what a slot and a lane's device scratch hold; a multiple of align, align only for flat
+    calls), in the units chunks() cuts: runs of whole rows of the trailing dims, or, where one
+    such row is more than `most`, even pieces of each. Blocks of whole rows come in the fewest
+    that fit rounded up to a multiple of the worker count, so no round ends with a few workers
+    copying while the others wait, and none so small that per-block costs show
+    (_MIN_BLOCK_BYTES)."""
+    space = space or (1,)
+    cap = max(align, most // align * align)
+    unit, s = 1, len(space) - 1
+    while s > 0 and unit * space[s] <= cap:
+        unit *= space[s]
+        s -= 1
+    if s > 0:                   # one row of dims s.. is more than a block: even pieces of each
+        pieces = -(-space[s] // (cap // unit))
+        return -(-space[s] // pieces) * unit
+    rows, most_rows = space[0], cap // unit
     workers = _limits.threads
-    k = -(-max(-(-n // max(most, 1)), 1) // workers) * workers
-    per = max(-(-n // k), int(_MIN_BLOCK_BYTES / per_elem))
-    return max(align, min(most // align * align, -(-per // align) * align))
+    fewest = -(-rows // most_rows)
+    k = min(rows, -(-fewest // workers) * workers)
+    step = min(most_rows, max(-(-rows // k), -(-int(_MIN_BLOCK_BYTES / per_elem) // unit)))
+    return step * unit if unit > 1 else min(cap, -(-step // align) * align)
 
 
 def _per_device(per_elem: float, operands: int) -> int:

@@ -135,13 +135,18 @@ def test_a_broadcast_call_streams_its_locked_full_operands_in_place(fake):
     assert fake.device_bytes() == 0
 
 
-def _blocks_of(call):
+def _copy_kernel(chunk):
+    device_view(chunk.out[0], np.float32, chunk.out_shapes[0])[...] = \
+        device_view(chunk.inputs[0], np.float32, chunk.input_shapes[0])
+
+
+def _blocks_of(call, step=_add_kernel):
     """The blocks a streamed call went in, as the shapes of its output blocks."""
     seen = []
 
     def kernel(chunk):
         seen.append(chunk.out_shapes[0])
-        _add_kernel(chunk)
+        step(chunk)
 
     call(kernel)
     return seen
@@ -149,8 +154,8 @@ def _blocks_of(call):
 
 def test_a_broadcast_operand_and_a_locked_result_take_no_room_per_element_in_a_slot(fake):
     """Only staged operands share a slot, and a small broadcast one counts once, whole: a row-bias
-    add streams in blocks as large as an add of two arrays whose result is staged, and a locked
-    result takes no room in the slot at all."""
+    add streams in blocks as large as a one-input call's over the same shape, fewer than an add
+    of two arrays, and a locked result takes no room in the slot at all."""
     transfer.set_transfer_limits(pinned_bytes=4 << 20, device_bytes=64 << 20, threads=1, small_bytes=0)
     rng = np.random.default_rng(5)
     shape = (2048, 1024)
@@ -166,6 +171,10 @@ def test_a_broadcast_operand_and_a_locked_result_take_no_room_per_element_in_a_s
     np.testing.assert_array_equal(pageable, x + w)
     same = _blocks_of(lambda k: run(k, np.empty(shape, np.float32), [ops[0], transfer.HostOperand(x, shape)]))
     assert len(row) < len(same), "the 4 KiB row costs no room per element"
+    copied = np.full(shape, np.nan, np.float32)
+    one = _blocks_of(lambda k: transfer.stream_call([ops[0]], [copied], shape, k, S), _copy_kernel)
+    np.testing.assert_array_equal(copied, x)
+    assert len(row) == len(one), "as a one-input call's"
     locked = pinned.empty_pinned(shape, "float32")
     locked[...] = np.nan
     direct = _blocks_of(lambda k: run(k, locked))
@@ -174,44 +183,168 @@ def test_a_broadcast_operand_and_a_locked_result_take_no_room_per_element_in_a_s
     assert fake.device_bytes() == 0
 
 
-@pytest.mark.parametrize("threads", [1, 3, 4])
-@pytest.mark.parametrize("n", [1 << 20, 3_000_001, 1 << 24])
-def test_streamed_blocks_come_in_whole_rounds_of_the_workers(fake, threads, n):
-    """The fewest blocks that fit a slot, rounded up to a multiple of the workers (a last round of
-    a few workers would leave the others idle), each at most what a slot holds and at least
-    _MIN_BLOCK_BYTES' worth, a multiple of align."""
+@pytest.mark.parametrize("threads", [1, 3, 4, 16])
+@pytest.mark.parametrize("space", [(1 << 20,), (3_000_001,), (1 << 24,), (16384, 4096), (10007, 1000),
+                                   (4099, 3, 331), (30, 1_000_000), (5, 7, 1_000_003)])
+def test_streamed_blocks_come_in_whole_rounds_of_the_workers(fake, threads, space):
+    """The blocks chunks() cuts with _block_elems' size: each at most what a slot holds (a multiple
+    of align in a flat call); whole rows of the trailing dims in the fewest that fit, rounded up
+    to a multiple of the workers (a last round of a few would leave the others idle), unless
+    _MIN_BLOCK_BYTES or too few rows stand in the way; where a row is more than a block, even
+    pieces of it."""
     transfer.set_transfer_limits(threads=threads)
+    n = math.prod(space)
     for most in (1 << 16, 300_001, 1 << 21, 1 << 62):
-        for per_elem, align in ((8.0, 1), (12.0, 32)):
-            per = transfer._block_elems(n, most, per_elem, align)
-            blocks = -(-n // per)
-            assert per % align == 0 and per <= max(most, align)
+        for per_elem, align in ((8.0, 1), (12.0, 32)) if len(space) == 1 else ((8.0, 1), (12.0, 1)):
+            per = transfer._block_elems(space, most, per_elem, align)
+            sizes = [math.prod(sl.stop - sl.start if sl.stop is not None else d for sl, d in zip(b, space))
+                     for b in transfer.chunks(space, per)]
+            assert sum(sizes) == n and per % align == 0 and max(sizes) <= per <= max(most, align)
+            row = math.prod(space[1:])
             floor = transfer._MIN_BLOCK_BYTES / per_elem
-            if per < most and per > floor + align:
-                assert blocks % threads == 0, (most, per_elem, per)
-            assert per >= min(floor, most) - align or blocks == 1
+            # rows enough for the rounding (k blocks of whole rows need about k^2 rows to come out at k)
+            if per > floor + max(align, row) and space[0] >= len(sizes) ** 2 and row <= most:
+                assert len(sizes) % threads == 0, (most, per_elem, per, len(sizes))
+            if row > most:          # each row in even pieces: the smallest at least half the largest
+                assert min(sizes) * 2 >= max(sizes)
+            else:
+                assert per >= min(floor, most) - max(align, row) or len(sizes) == 1
 
 
-def test_a_slot_holds_the_staged_operands_of_a_block():
-    """_slot_elems' blocks fit a slot: every staged operand's block, each rounded up to _ALIGN,
-    with small broadcast operands whole (a quarter of the slot for them all at most), and a large
-    one, or those past that quarter, counted per element."""
-    slot = 15 << 20
-    shape = (4096, 4096)
-    x = np.empty(shape, np.float32)
-    row = np.empty((1, 4096), np.float16)
-    wide = np.empty((4096, 1, 4096), np.float32)        # broadcast, but four times the slot
-    rows = [np.empty((1, 128, 4096), np.float32) for _ in range(12)]   # 2 MiB each, more than a slot together
-    out = np.empty(shape, np.float32)
-    for arrays, full, direct in (([x, row, out], [True, False, True], [False, False, False]),
-                                 ([x, row, out], [True, False, True], [False, False, True]),
-                                 ([wide, x, out], [False, True, True], [False, False, False]),
-                                 ([x, *rows, out], [True] + [False] * 12 + [True], [False] * 14)):
-        per = transfer._slot_elems(slot, arrays, [1] * len(arrays), full, direct)
-        assert per >= 1
-        need = sum(transfer._round(min(a.nbytes, per * a.itemsize)) for a, d in zip(arrays, direct) if not d)
-        assert need <= slot
-        assert need > slot // 2, "and uses most of it"
+@pytest.mark.parametrize("case", range(5))
+def test_a_slot_holds_the_staged_operands_of_every_block(fake, case):
+    """Every block's staged operands (each at a 256-byte boundary from the region's start) fit the
+    worker's slot, whatever is staged, locked or broadcast: a small broadcast operand counted whole,
+    many of them beyond a quarter of the slot, a large one (more than the slot) per element."""
+    rng = np.random.default_rng(case)
+    transfer.set_transfer_limits(pinned_bytes=3 << 20, device_bytes=8 << 20, threads=3, small_bytes=0)
+    shape = [(999, 1001), (999, 1001), (77, 31, 413), (999, 1001), (513, 3, 2011)][case]
+    bshapes = [[(1, 1001)], [(999, 1)] * 3 + [(1, 1001)] * 9, [(77, 1, 413), (1, 31, 1)], [], [(513, 1, 2011)]][case]
+    x = (pinned.empty_pinned(shape, "float32") if case == 3 else np.empty(shape, np.float32))
+    x[...] = rng.standard_normal(shape)
+    extra = [rng.standard_normal(b).astype(np.float32) for b in bshapes]
+    out = pinned.empty_pinned(shape, "float32") if case in (0, 4) else np.empty(shape, np.float32)
+    out[...] = np.nan
+    worst = [0]
+    move = transfer._move
+
+    def checked(ins, outs, ptrs, stream_cu, buf=None, start=0, here=None, **kw):
+        if buf is not None:
+            end = start + sum(transfer._round(v.nbytes) for v, d in zip(ins + outs, here) if not d)
+            assert end <= buf.nbytes, (end, buf.nbytes)
+            worst[0] = max(worst[0], end / buf.nbytes)
+        return move(ins, outs, ptrs, stream_cu, buf, start, here, **kw)
+
+    def kernel(chunk):
+        views = [device_view(p, np.float32, s) for p, s in zip(chunk.inputs, chunk.input_shapes)]
+        device_view(chunk.out[0], np.float32, chunk.out_shapes[0])[...] = sum(views[1:], views[0])
+
+    ops = [transfer.HostOperand(x, shape)] + [transfer.HostOperand(e, e.shape) for e in extra]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(transfer, "_move", checked)
+        transfer.stream_call(ops, [out], shape, kernel, S)
+    np.testing.assert_allclose(out, sum(extra, x), rtol=1e-6)
+    assert worst[0] > 0.3, "and the blocks are not needlessly small"
+
+
+def test_a_block_that_fills_its_slot_keeps_room_for_the_operands_alignment(fake):
+    """A flat call on one worker whose blocks are as large as the slot allows, its operands of
+    three item sizes, so each staged block rounds up to a 256-byte boundary: the slot keeps room
+    for that rounding."""
+    transfer.set_transfer_limits(pinned_bytes=3 << 20, device_bytes=64 << 20, threads=1, small_bytes=0)
+    kinds = [np.float16, np.float32, np.float64]
+    probe = [np.empty(1, t) for t in kinds] + [np.empty(1, np.float32)]
+    most = transfer._slot_elems(transfer._ring_slot_bytes(), probe, [1] * 4, [True] * 4, [False] * 4)
+    n = 3 * most
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal(n).astype(t) for t in kinds]
+    out = np.full(n, np.nan, np.float32)
+    fullest = [0.0]
+    move = transfer._move
+
+    def checked(ins, outs, ptrs, stream_cu, buf=None, start=0, here=None, **kw):
+        end = start + sum(transfer._round(v.nbytes) for v, d in zip(ins + outs, here) if not d)
+        assert end <= buf.nbytes, (end, buf.nbytes)
+        fullest[0] = max(fullest[0], end / buf.nbytes)
+        return move(ins, outs, ptrs, stream_cu, buf, start, here, **kw)
+
+    def kernel(chunk):
+        views = [device_view(p, t, sh).astype(np.float32) for p, sh, t in zip(chunk.inputs, chunk.input_shapes, kinds)]
+        device_view(chunk.out[0], np.float32, chunk.out_shapes[0])[...] = views[0] + views[1] + views[2]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(transfer, "_move", checked)
+        transfer.stream_call([transfer.HostOperand(x, (n,)) for x in xs], [out], (n,), kernel, S)
+    np.testing.assert_array_equal(out, xs[0].astype(np.float32) + xs[1].astype(np.float32) + xs[2].astype(np.float32))
+    assert fullest[0] > 0.99
+
+
+def test_random_streamed_calls_stay_in_their_slots_and_scratch(fake):
+    """Random streamed calls: shapes of 0 to 3 dims, operands broadcast, strided, locked or of
+    three dtypes, results locked or transposed, a bitmask output, 1 to 16 workers, small slots
+    and device budgets. Every block's staged operands fit its slot and its views its lane's
+    scratch, and the results are right."""
+    import random
+    move, laid_out = transfer._move, transfer._laid_out
+
+    def checked_move(ins, outs, ptrs, stream_cu, buf=None, start=0, here=None, **kw):
+        if buf is not None:
+            end = start + sum(transfer._round(v.nbytes) for v, d in zip(ins + outs, here) if not d)
+            assert end <= buf.nbytes, ("slot", end, buf.nbytes)
+        return move(ins, outs, ptrs, stream_cu, buf, start, here, **kw)
+
+    def checked_laid_out(base, views):
+        ptrs = laid_out(base, views)
+        if base in fake.device_blocks and views:
+            assert ptrs[-1] + transfer._round(views[-1].nbytes) - base <= len(fake.device_blocks[base]), "scratch"
+        return ptrs
+
+    r, rng = random.Random(7), np.random.default_rng(7)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(transfer, "_move", checked_move)
+        m.setattr(transfer, "_laid_out", checked_laid_out)
+        for _ in range(60):
+            transfer.set_transfer_limits(pinned_bytes=r.choice([1 << 20, 3 << 20, 5 << 20]), small_bytes=0,
+                                         device_bytes=r.choice([64 << 10, 200_000, 1 << 20]),
+                                         threads=r.choice([1, 2, 3, 5, 16]))
+            bitmask = r.random() < 0.2
+            shape = tuple(r.choice([1, 2, 3, 7, 33, 257, 1000, 4099]) for _ in range(r.randint(0, 3)))
+            while math.prod(shape) > 400_000:
+                shape = tuple(max(1, d // 3) for d in shape)
+            ops, arrays = [], []
+            for _ in range(r.randint(1, 5)):
+                own = shape if bitmask or r.random() < 0.5 else tuple(d if r.random() < 0.5 else 1 for d in shape)
+                a = rng.standard_normal(own).astype(r.choice([np.float32, np.float16, np.float64]))
+                pick = r.random()
+                if pick < 0.2 and a.size > 1:
+                    a = np.asfortranarray(a)
+                elif pick < 0.4 and a.size > 1000:
+                    locked = pinned.empty_pinned(own, a.dtype.name)
+                    locked[...] = a
+                    a = locked
+                ops.append(transfer.HostOperand(a, own))
+                arrays.append(a)
+            n = math.prod(shape)
+            if r.random() < 0.3 and n > 1000:
+                out = pinned.empty_pinned(shape, "float32")
+            elif r.random() < 0.2 and len(shape) >= 2 and not bitmask:
+                out = np.empty(shape[::-1], np.float32).T
+            else:
+                out = np.empty(shape, np.float32)
+            out[...] = np.nan
+            outs, kw = [out], {}
+            if bitmask:
+                outs.append(np.zeros(-(-n // 32), np.uint32))
+                kw = dict(out_scale=(1, 32), align=32)
+            def kernel(chunk, kinds=tuple(a.dtype for a in arrays)):
+                total = sum((device_view(p, t, sh).astype(np.float32)
+                             for p, sh, t in zip(chunk.inputs, chunk.input_shapes, kinds)), np.float32(0))
+                device_view(chunk.out[0], np.float32, chunk.out_shapes[0])[...] = total
+
+            transfer.stream_call(ops, outs, shape, kernel, S, **kw)
+            want = sum((a.reshape(op.shape).astype(np.float32) for a, op in zip(arrays, ops)), np.float32(0))
+            np.testing.assert_array_equal(out, np.broadcast_to(want, shape))
+    assert fake.device_bytes() == 0
 
 
 def test_blocks_respect_the_device_budget(fake):
