@@ -813,28 +813,38 @@ _WHOLE_SHARE = 4        # broadcast operands counted whole take at most this par
 
 
 def _block_elems(space: tuple[int, ...], most: int, per_elem: float, align: int) -> int:
-    """Elements per block of a streamed call over `space` (its flat length, or its shape): at most
-    `most` (what a slot and a lane's device scratch hold; a multiple of align, align only for flat
-    calls), in the units chunks() cuts: runs of whole rows of the trailing dims, or, where one
-    such row is more than `most`, even pieces of each. Blocks of whole rows come in the fewest
-    that fit rounded up to a multiple of the worker count, so no round ends with a few workers
-    copying while the others wait, and none so small that per-block costs show
-    (_MIN_BLOCK_BYTES)."""
+    """Elements per block of a streamed call over `space` (its flat length, or its shape), in the
+    units chunks() cuts: runs of whole rows of the trailing dims, each from one index of the dims
+    before them. At most `most` (what a slot and a lane's device scratch hold; align where that
+    is less; a multiple of align, which only flat calls have); the fewest blocks that fit, rounded
+    up to a multiple of the worker count where there are rows enough, so no round ends with a few
+    workers copying while the others wait; none so small that per-block costs show
+    (_MIN_BLOCK_BYTES); and the rows of each index shared out evenly."""
     space = space or (1,)
+    n = math.prod(space)
+    if not n:
+        return align
     cap = max(align, most // align * align)
-    unit, s = 1, len(space) - 1
-    while s > 0 and unit * space[s] <= cap:
+    floor = int(_MIN_BLOCK_BYTES / per_elem)
+    workers = _limits.threads
+    fewest = -(-n // cap)
+    blocks = -(-fewest // workers) * workers
+    target = min(cap, max(-(-n // blocks), floor))
+    unit, s = 1, len(space) - 1                        # chunks()' walk for a block of `target`
+    while s > 0 and unit * space[s] <= target:
         unit *= space[s]
         s -= 1
-    if s > 0:                   # one row of dims s.. is more than a block: even pieces of each
-        pieces = -(-space[s] // (cap // unit))
-        return -(-space[s] // pieces) * unit
-    rows, most_rows = space[0], cap // unit
-    workers = _limits.threads
-    fewest = -(-rows // most_rows)
-    k = min(rows, -(-fewest // workers) * workers)
-    step = min(most_rows, max(-(-rows // k), -(-int(_MIN_BLOCK_BYTES / per_elem) // unit)))
-    return step * unit if unit > 1 else min(cap, -(-step // align) * align)
+    if s < len(space) - 1 and math.prod(space[:s + 1]) < 2 * blocks:
+        s += 1                                         # too few rows to share out evenly: finer ones
+        unit //= space[s]
+    outer, rows = math.prod(space[:s]), space[s]
+    fewest = -(-rows // (cap // unit))                 # per index of the outer dims, in whole rows
+    blocks = -(-outer * fewest // workers) * workers
+    # toward whole rounds, but not into blocks under the floor (a slot that holds less than the
+    # floor leaves the fewest that fit)
+    pieces = max(fewest, min(-(-blocks // outer), max(1, rows * unit // floor), rows))
+    step = -(-rows // pieces)
+    return step * unit if len(space) > 1 else -(-step // align) * align
 
 
 def _per_device(per_elem: float, operands: int) -> int:

@@ -185,13 +185,15 @@ def test_a_broadcast_operand_and_a_locked_result_take_no_room_per_element_in_a_s
 
 @pytest.mark.parametrize("threads", [1, 3, 4, 16])
 @pytest.mark.parametrize("space", [(1 << 20,), (3_000_001,), (1 << 24,), (16384, 4096), (10007, 1000),
-                                   (4099, 3, 331), (30, 1_000_000), (5, 7, 1_000_003)])
+                                   (4099, 3, 331), (30, 1_000_000), (5, 7, 1_000_003), (4, 2600, 2600),
+                                   (1, 8192, 4096), (2, 4160, 3883)])
 def test_streamed_blocks_come_in_whole_rounds_of_the_workers(fake, threads, space):
     """The blocks chunks() cuts with _block_elems' size: each at most what a slot holds (a multiple
-    of align in a flat call); whole rows of the trailing dims in the fewest that fit, rounded up
-    to a multiple of the workers (a last round of a few would leave the others idle), unless
-    _MIN_BLOCK_BYTES or too few rows stand in the way; where a row is more than a block, even
-    pieces of it."""
+    of align in a flat call), runs of whole rows of the trailing dims from one index of the dims
+    before them; enough for every worker, and whole rounds of them where there are rows enough (a
+    last round of a few would leave the others idle), unless _MIN_BLOCK_BYTES (or a slot that
+    holds less) stands in the way; none under that where a slot holds it; and no step shorter
+    would cut as few blocks."""
     transfer.set_transfer_limits(threads=threads)
     n = math.prod(space)
     for most in (1 << 16, 300_001, 1 << 21, 1 << 62):
@@ -200,15 +202,45 @@ def test_streamed_blocks_come_in_whole_rounds_of_the_workers(fake, threads, spac
             sizes = [math.prod(sl.stop - sl.start if sl.stop is not None else d for sl, d in zip(b, space))
                      for b in transfer.chunks(space, per)]
             assert sum(sizes) == n and per % align == 0 and max(sizes) <= per <= max(most, align)
-            row = math.prod(space[1:])
+            unit, s = 1, len(space) - 1                   # chunks()' rows: unit elements, dim s cut
+            while s > 0 and unit * space[s] <= per:
+                unit *= space[s]
+                s -= 1
+            outer, rows, step = math.prod(space[:s]), space[s], max(1, per // unit)
+            assert len(sizes) == outer * -(-rows // step)
+            if step > align:
+                assert -(-rows // (step - align)) > -(-rows // step), "a shorter step would cut as few"
             floor = transfer._MIN_BLOCK_BYTES / per_elem
-            # rows enough for the rounding (k blocks of whole rows need about k^2 rows to come out at k)
-            if per > floor + max(align, row) and space[0] >= len(sizes) ** 2 and row <= most:
+            if most >= floor + unit:                      # blocks of the floor fit: none smaller, but one
+                assert per + unit > floor or len(sizes) == 1
+            if n < floor * threads or most < floor:
+                continue                                  # too few bytes for a block per worker of the floor
+            if outer * rows >= threads ** 2:
+                assert len(sizes) >= threads
+            if outer == 1 and rows >= len(sizes) ** 2:    # k blocks of rows come out at k with k^2 rows
                 assert len(sizes) % threads == 0, (most, per_elem, per, len(sizes))
-            if row > most:          # each row in even pieces: the smallest at least half the largest
-                assert min(sizes) * 2 >= max(sizes)
-            else:
-                assert per >= min(floor, most) - max(align, row) or len(sizes) == 1
+
+
+def test_a_slot_holds_the_staged_operands_of_a_block():
+    """_slot_elems' blocks fit a slot: every staged operand's block, each rounded up to _ALIGN,
+    with small broadcast operands whole (a quarter of the slot for them all at most), and a large
+    one, or those past that quarter, counted per element; and they use most of the slot."""
+    slot = 15 << 20
+    shape = (4096, 4096)
+    x = np.empty(shape, np.float32)
+    row = np.empty((1, 4096), np.float16)
+    wide = np.empty((4096, 1, 4096), np.float32)        # broadcast, but more than the slot
+    rows = [np.empty((1, 128, 4096), np.float32) for _ in range(12)]   # 2 MiB each, more than a slot together
+    out = np.empty(shape, np.float32)
+    for arrays, full, direct in (([x, row, out], [True, False, True], [False, False, False]),
+                                 ([x, row, out], [True, False, True], [False, False, True]),
+                                 ([wide, x, out], [False, True, True], [False, False, False]),
+                                 ([x, *rows, out], [True] + [False] * 12 + [True], [False] * 14)):
+        per = transfer._slot_elems(slot, arrays, [1] * len(arrays), full, direct)
+        assert per >= 1
+        need = sum(transfer._round(min(a.nbytes, per * a.itemsize)) for a, d in zip(arrays, direct) if not d)
+        assert need <= slot
+        assert need > slot // 2, "and uses most of it"
 
 
 @pytest.mark.parametrize("case", range(5))
@@ -308,12 +340,12 @@ def test_random_streamed_calls_stay_in_their_slots_and_scratch(fake):
                                          device_bytes=r.choice([64 << 10, 200_000, 1 << 20]),
                                          threads=r.choice([1, 2, 3, 5, 16]))
             bitmask = r.random() < 0.2
-            shape = tuple(r.choice([1, 2, 3, 7, 33, 257, 1000, 4099]) for _ in range(r.randint(0, 3)))
+            shape = tuple(r.choice([1, 2, 3, 7, 33, 257, 1000, 4099]) for _ in range(r.choice([0, 1, 2, 2, 3, 3])))
             while math.prod(shape) > 400_000:
                 shape = tuple(max(1, d // 3) for d in shape)
             ops, arrays = [], []
             for _ in range(r.randint(1, 5)):
-                own = shape if bitmask or r.random() < 0.5 else tuple(d if r.random() < 0.5 else 1 for d in shape)
+                own = shape if bitmask or r.random() < 0.4 else tuple(d if r.random() < 0.5 else 1 for d in shape)
                 a = rng.standard_normal(own).astype(r.choice([np.float32, np.float16, np.float64]))
                 pick = r.random()
                 if pick < 0.2 and a.size > 1:
