@@ -358,11 +358,7 @@ def chunks(shape: tuple[int, ...], max_elems: int):
         yield ()
         return
     nd = len(shape)
-    inner = 1
-    s = nd - 1
-    while s > 0 and inner * shape[s] <= max_elems:
-        inner *= shape[s]
-        s -= 1
+    s, inner = _cut_dim(shape, max_elems)
     # dims > s are whole; dim s is cut into ranges of `step`; dims < s are taken one index at a time
     if inner * shape[s] <= max_elems:
         step = shape[s]
@@ -372,6 +368,16 @@ def chunks(shape: tuple[int, ...], max_elems: int):
         for a in range(0, shape[s], step):
             b = min(a + step, shape[s])
             yield tuple(slice(i, i + 1) for i in outer) + (slice(a, b),) + (slice(None),) * (nd - s - 1)
+
+
+def _cut_dim(shape: tuple[int, ...], max_elems: int) -> tuple[int, int]:
+    """The dim s that blocks of at most max_elems elements cut, and the elements of the dims after
+    it, which they take whole: the trailing dims, innermost first, while they fit (dim 0 at most)."""
+    s, inner = len(shape) - 1, 1
+    while s > 0 and inner * shape[s] <= max_elems:
+        inner *= shape[s]
+        s -= 1
+    return s, inner
 
 
 def block_of(op_shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[slice, ...]:
@@ -830,10 +836,7 @@ def _block_elems(space: tuple[int, ...], most: int, per_elem: float, align: int)
     fewest = -(-n // cap)
     blocks = -(-fewest // workers) * workers
     target = min(cap, max(-(-n // blocks), floor))
-    unit, s = 1, len(space) - 1                        # chunks()' walk for a block of `target`
-    while s > 0 and unit * space[s] <= target:
-        unit *= space[s]
-        s -= 1
+    s, unit = _cut_dim(space, target)                  # as chunks() cuts blocks of `target`
     if s < len(space) - 1 and math.prod(space[:s + 1]) < 2 * blocks:
         s += 1                                         # too few rows to share out evenly: finer ones
         unit //= space[s]
