@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 import time
 
 import numpy as np
@@ -447,11 +448,13 @@ def test_keyboard_interrupt_mid_stream(fake):
     ops = [transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))]
     full = []
     transfer.stream_call(ops, [out], (n,), lambda c: (full.append(1), _add_kernel(c)), S)
-    calls = []
+    calls, counting = [], threading.Lock()
 
     def slow(chunk):
-        calls.append(1)
-        if len(calls) == 3:
+        with counting:        # the workers count at once: exactly one of them sees the third call
+            calls.append(1)
+            third = len(calls) == 3
+        if third:
             os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.005)
         _add_kernel(chunk)
