@@ -319,10 +319,12 @@ class Plan:
     native_replayer replays without Python; None for the others."""
     __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host", "native")
 
-    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=False, native=None):
+    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=0, native=None):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
-        self.host = host        # numpy arrays in, a numpy result out: launch(in_ptrs, out_ptrs, stream, n)
+        # numpy arrays in, a numpy result out: the period of its runs (transfer.one_shot), and
+        # launch(in_ptrs, out_ptrs, stream, n, what numbers() gave) for a run of n elements
+        self.host = host
         self.native = native
 
 
@@ -478,18 +480,27 @@ def replay(plan: Plan, args: Sequence, out, stream):
 
 
 def _replay_host(plan: Plan, args: Sequence, out, stream):
-    """A small call on numpy arrays: its inputs up, the kernel and the result back in one shot
-    through the transfer engine's small buffer; None where it does not fit that (the general path
+    """A small call on numpy arrays (and numbers): its inputs up, the kernel and the result back in
+    one shot through the transfer engine's small buffer, in runs of the plan's period; None where
+    it does not fit that, or a number does not fit its dtype (the general path
     then streams it)."""
     if out is not None:
         return None
+    arrays = [args[i] for i in plan.arrays]
     nbytes = plan.n * plan.out_info.itemsize
-    for i in plan.arrays:
-        nbytes += args[i].nbytes
-    if not 0 < nbytes <= transfer.small_bytes():
+    for a in arrays:
+        nbytes += a.nbytes
+    if not plan.n or nbytes > transfer.small_bytes():
         return None
+    got = None
+    if plan.numbers_at:
+        got = plan.numbers(args, stream)
+        if got is None:
+            return None
+    launch = plan.launch
     res = pinned.for_result(plan.shape, plan.out_info.np)
-    return res if transfer.one_shot(args, (res,), plan.launch, stream, parts=True) else None
+    ok = transfer.one_shot(arrays, (res,), lambda i, o, s, m: launch(i, o, s, m, got), stream, period=plan.host)
+    return res if ok else None
 
 
 # ---- launching elementwise work -----------------------------------------------------------------------

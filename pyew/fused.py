@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import call, formula, interop, jit, library, specs, ufuncs
+from . import call, formula, interop, jit, library, specs, transfer, ufuncs
 from . import dtypes as dt
 from . import runtime as rt
 from .array import DeviceArray
@@ -35,8 +35,10 @@ from .formula import Call, Const, FormulaError, Var
 from .operands import (
     COMPARISONS,
     DEVICE,
+    HOST,
     SCALAR,
     Operand,
+    aligned_shape,
     broadcast_shape,
     classify,
     kernel_dtype,
@@ -528,7 +530,7 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         vals = [values[n] for n in names]
         key = call.plan_key(tree, vals)
         plan = _plans.get(key) if key is not None else None
-        if plan is not None and plan.target is tree and not plan.host:
+        if plan is not None and plan.target is tree:
             try:
                 res = call.replay(plan, vals, None, rt.resolve_stream(None))
             except jit.Unavailable:     # NVRTC gone since: nothing ran, and _run runs it op by op
@@ -617,13 +619,18 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     if isinstance(o, DeviceArray):
         device = True
         call.check_alias(o, arrays, text)
-    if key is not None and plan is None and device and all(a.kind == DEVICE for a in arrays):
-        plan = _plan(tree, prog, operands, shape, blob, s)
-        if prog.version == specs.version():     # else load_spec redefined an op meanwhile: not kept
-            call.keep_plan(key, plan)
-        res = call.replay(plan, vals, o, s)
-        if res is not None:
-            return res
+    if key is not None and plan is None:
+        plan = None
+        if device and all(a.kind == DEVICE for a in arrays):
+            plan = _plan(tree, prog, operands, shape, blob, s)
+        elif not device and o is None and all(a.kind == HOST for a in arrays):
+            plan = _host_plan(tree, prog, operands, shape, blob)
+        if plan is not None:
+            if prog.version == specs.version():     # else load_spec redefined an op meanwhile: not kept
+                call.keep_plan(key, plan)
+            res = call.replay(plan, vals, o, s)
+            if res is not None:
+                return res
     p = call.Prepared(None, arrays, None, shape, device)
 
     def step(ins, outs, shapes, st):
@@ -673,6 +680,31 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
                                ("c", prog.in_sizes_at), ("c", lay_at), ("c", slots.overlap), ("c", slots.need_at)],
             shape, prog.out, n, declines=jit.MISSING)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, native=native)
+
+
+def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
+    """The plan of a formula's call on numpy arrays, each of the result's shape or a row of it
+    (transfer.repeat_dim), and Python numbers: replayed in one shot when it is small (call.replay),
+    in runs of whole rows whose copies up and down overlap; else streamed. The kernel converts
+    each array's dtype in registers, so it takes the arrays as they are."""
+    array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
+    numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+    t = transfer.repeat_dim([operands[i].shape for i in array_at], shape)
+    if t is None:
+        return None
+    run_of, nd = transfer.runs(shape, t), len(shape)
+    rows = [None if operands[i].shape == shape else (1, *aligned_shape(operands[i].shape, nd)[t:]) for i in array_at]
+    infos = [operands[i].info for i in array_at]
+    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
+
+    def numbers(args, s):
+        return packed_of([args[i] for i in numbers_at])
+
+    def launch(in_ptrs, out_ptrs, s, m, packed):
+        run = run_of(m)
+        ins = [call.DevIn(p, r or run, None, info) for p, r, info in zip(in_ptrs, rows, infos)]
+        prog.launch(ins, out_ptrs[0], run, s, blob if packed is None else packed[1])
+    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=math.prod(shape[t:]))
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str):

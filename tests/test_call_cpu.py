@@ -528,7 +528,7 @@ def test_one_dispatch_replays_plans_for_every_gpu_operand_kind(fakes, rng, monke
 def test_small_numpy_calls_replay_a_host_plan(fakes, rng, monkeypatch):
     """numpy arrays of the kernel's dtype and one shape: classified once, then each call goes up,
     through the kernel and back in one shot; what a host plan does not cover (a big call, out=, a
-    number, a byte order not the machine's) goes through the general path."""
+    byte order not the machine's) goes through the general path."""
     from pyew import call
     call.plans().clear()
     a = rng.standard_normal(37).astype(np.float32)
@@ -553,6 +553,60 @@ def test_small_numpy_calls_replay_a_host_plan(fakes, rng, monkeypatch):
     finally:
         pyew.set_transfer_limits(**old)
     assert classified.count("add") == 5
+
+
+@needs_lib
+def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkeypatch):
+    """Numbers and rows (ones, then the result's last dims) join a host plan: classified once per
+    kind of call, each later call with other values right; calls large enough for parts go in runs
+    of whole rows, each reading the rows whole. A column is not a row: the general path, each call."""
+    from pyew import call, transfer
+    call.plans().clear()
+    x = rng.standard_normal((16, 128, 1024)).astype(np.float32)        # 8 MiB: parts
+    w, b = rng.standard_normal(1024).astype(np.float32), rng.standard_normal((128, 1024)).astype(np.float32)
+    col = rng.standard_normal((16, 128, 1)).astype(np.float32)
+    classified, parts = [], []
+    prepare, split = call.prepare, transfer._parts
+    monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
+    monkeypatch.setattr(transfer, "_parts", lambda *a: parts.append(split(*a)) or parts[-1])
+    old = pyew.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    try:
+        for v in (2.0, -0.5, 3.0):
+            np.testing.assert_array_equal(pyew.mul(x, v), x * np.float32(v))
+            np.testing.assert_array_equal(pyew.mul(v, x[0]), np.float32(v) * x[0])
+            np.testing.assert_array_equal(pyew.add(x, w), x + w)
+            np.testing.assert_array_equal(pyew.add(b, x), b + x)
+            np.testing.assert_array_equal(pyew.clip(x, b, v), np.clip(x, b, np.float32(v)))
+            np.testing.assert_array_equal(pyew.clip(x, w[:1], b), np.clip(x, w[:1], b))
+            np.testing.assert_array_equal(pyew.add(x, col), x + col)
+    finally:
+        pyew.set_transfer_limits(**old)
+    assert classified == ["mul", "mul", "add", "add", "clip", "clip", "add", "add", "add"]
+    n = x.size
+    for runs in parts:
+        if runs:
+            assert runs[0][0] == 0 and runs[-1][1] == n and all(a[1] == b_[0] for a, b_ in zip(runs, runs[1:]))
+            assert all(lo % (128 * 1024) == 0 for lo, _ in runs)
+    assert sum(1 for r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 5
+    # size-1 operands are rows too; a column, both operands broadcast, a 0-d array or n = 0 are not
+    shapes = {((3,), (1,)): 1, ((1, 2, 1), (1,)): 1, ((3,), ()): 3, ((), (6, 2)): 3, ((1, 1), (1, 3)): 1,
+              ((2, 1, 2, 1), (1,)): 1, ((4, 1), (1, 5)): 3, ((16, 32, 100), (32, 1)): 3, ((2, 3, 1, 6), (3, 7, 1)): 3,
+              ((5, 0, 3), (3,)): 3}
+    for (sa, sb), times in shapes.items():
+        a, c = (np.asarray(rng.standard_normal(s), np.float32) for s in (sa, sb))
+        classified.clear()
+        for _ in range(3):
+            got = pyew.add(a, c)
+            assert got.shape == np.broadcast_shapes(sa, sb)
+            np.testing.assert_array_equal(got, a + c)
+        assert len(classified) == times, (sa, sb)
+    i32 = np.arange(-50, 50, dtype=np.int32)
+    for v in (1 << 40, 3, 1 << 40):     # out of int32's range: refused as numpy does, the plan or not
+        if v > 3:
+            with pytest.raises(OverflowError):
+                pyew.add(i32, v)
+        else:
+            np.testing.assert_array_equal(pyew.add(i32, v), i32 + np.int32(v))
 
 
 @needs_lib

@@ -708,7 +708,7 @@ def test_a_one_shot_call_in_parts_sends_each_part_down_on_a_second_stream(fake, 
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     log = _parts_log(fake, monkeypatch)
     res = np.full(n, np.nan, np.float32)
-    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=True)
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, period=1)
     np.testing.assert_array_equal(res, a + b)
     down = transfer._downs[S.ordinal].stream
     assert down != S.cu and down in fake.streams.synced
@@ -734,7 +734,7 @@ def test_a_one_shot_call_goes_whole_where_parts_do_not_apply(fake, libew, monkey
     b = rng.standard_normal(n).astype(np.float32)
     log = _parts_log(fake, monkeypatch)
     res = np.full(n, np.nan, np.float32)
-    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=case != "no parts")
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, period=int(case != "no parts"))
     np.testing.assert_array_equal(res, a + b)
     assert [e for e in log if e[0] != "up"] == [("launch", S, n), ("down", S.cu, res.nbytes)]
 
@@ -757,13 +757,13 @@ def test_an_error_in_a_later_part_waits_for_both_streams(fake, libew, monkeypatc
     log = _parts_log(fake, monkeypatch)
     monkeypatch.setattr(transfer, "_copy", failing)
     with pytest.raises(MemoryError, match="staging failed"):
-        transfer.one_shot([a, b], [np.empty_like(a)], _add_parts(log), S, parts=True)
+        transfer.one_shot([a, b], [np.empty_like(a)], _add_parts(log), S, period=1)
     assert [e[0] for e in log].count("launch") == 2
     down = transfer._downs[S.ordinal].stream
     assert fake.streams.synced[-2:] == [S.cu, down]
     monkeypatch.setattr(transfer, "_copy", staging)
     res = np.full_like(a, np.nan)
-    assert transfer.one_shot([a, b], [res], _add_parts(log), S, parts=True)
+    assert transfer.one_shot([a, b], [res], _add_parts(log), S, period=1)
     np.testing.assert_array_equal(res, a + b)
 
 
@@ -810,7 +810,7 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     big = np.arange((step + (1 << 20)) // 4, dtype=np.float32)        # a step and 1 MiB
     res = pinned.empty_pinned(big.shape, "float32")                    # direct: only big is staged
     res[...] = np.nan
-    assert transfer.one_shot([big], [res], _add1, S, parts=True)
+    assert transfer.one_shot([big], [res], _add1, S, period=1)
     np.testing.assert_array_equal(res, big + 1)
     assert transfer.pinned_bytes_held() == 2 * step
     over = np.arange((3 * step) // 8, dtype=np.float32)                 # small_bytes moved, 3 steps staged
@@ -835,7 +835,7 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     a = np.arange(limit // 4, dtype=np.float32)                           # at the bound
     res = np.full_like(a, np.nan)
     fake.copy_log.clear()
-    assert transfer.one_shot([a], [res], _add1, S, parts=True)
+    assert transfer.one_shot([a], [res], _add1, S, period=1)
     np.testing.assert_array_equal(res, a + 1)
     assert staged == [] and transfer.pinned_bytes_held() == 0
     assert fake.copy_log[0][1] == a.ctypes.data and fake.copy_log[1][0] == res.ctypes.data   # up from a, down to res
@@ -862,7 +862,7 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     def add_both(ins, outs, stream, n):
         x, y = device_view(ins[0], np.float64, (n,)), device_view(ins[1], np.int8, (n,))
         device_view(outs[0], np.float64, (n,))[...] = x + y
-    assert transfer.one_shot([big, small], [out], add_both, S, parts=True)
+    assert transfer.one_shot([big, small], [out], add_both, S, period=1)
     np.testing.assert_array_equal(out, big + 1)
     assert staged == [big.nbytes // 2, small.nbytes // 2] * 2 + [out.nbytes]       # the result staged back whole
 
@@ -876,33 +876,48 @@ def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch)
         assert transfer.Limits().threads == want
 
 
-@pytest.mark.parametrize("shape", [(4 * (1 << 19) + 77,), (1 << 11, 1 << 10)])
+@pytest.mark.parametrize("shape", [(4 * (1 << 19) + 77,), (1 << 11, 1 << 10), (1 << 7, 1 << 4, 1 << 10)])
 def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
     """stream_call's one shot over C-ordered operands of the call's shape (1-d or not): the kernel
-    step runs once per part on 1-d runs that cover every element once; a broadcast operand makes
-    one whole step."""
+    step runs once per part on 1-d runs that cover every element once. With a row (ones, then the
+    call's last dims) the parts are runs of whole rows, each step reading the row whole; a column
+    makes one whole step."""
     transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
     rng = np.random.default_rng(6)
     x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     steps = []
 
     def kernel(chunk):
-        steps.append(chunk.out_shapes[0])
+        steps.append((chunk.input_shapes, chunk.out_shapes[0]))
         _add_kernel(chunk)
 
     out = np.full(shape, np.nan, np.float32)
     transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(y, shape)], [out], shape, kernel, S)
     np.testing.assert_array_equal(out, x + y)
     n = x.size
-    assert len(steps) == transfer._OVERLAP_PARTS and all(len(s) == 1 for s in steps)
-    assert sum(s[0] for s in steps) == n
-    steps.clear()
-    row = y.reshape(-1)[:shape[-1]].reshape((1,) * (len(shape) - 1) + (shape[-1],)) if len(shape) > 1 else y[:1]
-    out[...] = np.nan
-    transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(row, row.shape)], [out], shape,
-                         kernel, S)
-    np.testing.assert_array_equal(out, x + row)
-    assert steps == [shape]
+    assert len(steps) == transfer._OVERLAP_PARTS and all(len(o) == 1 for _, o in steps)
+    assert sum(o[0] for _, o in steps) == n
+    nd = len(shape)
+    for t in range(nd - 1, 0, -1) if nd > 1 else (1,):
+        steps.clear()
+        row_shape = (1,) * t + shape[t:]
+        row = rng.standard_normal(row_shape).astype(np.float32)
+        out[...] = np.nan
+        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(row, row_shape)], [out], shape,
+                             kernel, S)
+        np.testing.assert_array_equal(out, x + row)
+        tail, period = shape[t:], math.prod(shape[t:])
+        assert len(steps) == transfer._OVERLAP_PARTS, t
+        assert [ins[1] for ins, _ in steps] == [(1, *tail)] * len(steps)
+        assert all(o == ins[0] and o[1:] == tail and o[0] * period % 256 == 0 for ins, o in steps[:-1])
+        assert sum(o[0] for _, o in steps) * period == n
+    if nd > 1:
+        steps.clear()
+        col = rng.standard_normal(shape[:-1] + (1,)).astype(np.float32)
+        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(col, col.shape)], [out], shape,
+                             kernel, S)
+        np.testing.assert_array_equal(out, x + col)
+        assert steps == [((shape, col.shape), shape)]
 
 
 def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libew, monkeypatch):

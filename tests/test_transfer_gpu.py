@@ -2,6 +2,7 @@
 the one-shot path, two threads at once, an interrupt mid-stream, and the one-way copies."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -181,6 +182,18 @@ def _poisoned_pool_block(n, dtype):
     del p
 
 
+def _made_whole(monkeypatch, counted, n, dtype, fn, args, kw):
+    """The same call in one part, its result in a poisoned pool block; then transfer._parts is
+    counted again (monkeypatch's other patches are undone)."""
+    from pyew import transfer
+    monkeypatch.setattr(transfer, "_OVERLAP_PARTS", 1)
+    _poisoned_pool_block(n, dtype)
+    whole = fn(*args, **kw)
+    monkeypatch.undo()
+    monkeypatch.setattr(transfer, "_parts", counted)
+    return whole
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32"])
 def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
     """numpy calls big enough to go in parts whose copies up and down overlap: ops of one, two
@@ -193,8 +206,8 @@ def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
     seen = []
     real = transfer._parts
 
-    def counted(ins, outs, down):
-        got = real(ins, outs, down)
+    def counted(*args):
+        got = real(*args)
         seen.append(len(got))
         return got
 
@@ -218,15 +231,66 @@ def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
             _poisoned_pool_block(n, dtype)
             got = fn(*args, **kw)
             assert seen and max(seen) == parts
-            monkeypatch.setattr(transfer, "_OVERLAP_PARTS", 1)
-            _poisoned_pool_block(n, dtype)
-            whole = fn(*args, **kw)
-            monkeypatch.undo()
-            monkeypatch.setattr(transfer, "_parts", counted)
-            np.testing.assert_array_equal(got, whole)
+            np.testing.assert_array_equal(got, _made_whole(monkeypatch, counted, n, dtype, fn, args, kw))
         x64, b64, c64 = (v.astype(np.float64) for v in (x, b[:n], c[:n]))
         np.testing.assert_array_equal(pyew.add(x, pinned_b), (x64 + b64).astype(dtype))
         if floats:
             want = 1 / (1 + np.exp(-x64))
             tol = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-14}[dtype]
             np.testing.assert_allclose(pyew.sigmoid(x).astype(np.float64), want, rtol=tol, atol=tol * 1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+@pytest.mark.parametrize("shape,row", [((2051, 1024), (1024,)), ((515, 4096), (1, 4096)),
+                                       ((9, 300, 1000), (300, 1000)), ((3, 700, 1000), (1, 1, 1000))])
+def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, monkeypatch):
+    """numpy calls with rows (ones, then the result's last dims) and Python numbers, big enough to
+    go in runs of whole rows whose copies up and down overlap (the host plans of map ops, out=,
+    formulas): each result equals the same call made whole, element for element, and numpy's,
+    exactly for the exact ops and up to rounding for a formula; x a view 1 element off its
+    allocation, results in poisoned pool blocks, a plan replayed with other numbers."""
+    from pyew import transfer
+    seen = []
+    real = transfer._parts
+
+    def counted(*args):
+        got = real(*args)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(transfer, "_parts", counted)
+    n, floats = math.prod(shape), dtype != "int32"
+    period = math.prod(row[next(i for i, d in enumerate(row) if d != 1):])
+    x = random_array(rng, n + 1, dtype)[1:].reshape(shape)
+    w, b = (random_array(rng, math.prod(row), dtype).reshape(row) for _ in range(2))
+    o = np.empty(shape, dtype)
+    v1, v2 = (2.5, -0.75) if floats else (3, -7)
+
+    def calls():        # (function, args, keywords, numpy's result, the period of the call's runs)
+        yield pyew.add, (x, w), {}, lambda: x + w, period
+        yield pyew.add, (w, x), {"out": o}, lambda: w + x, period
+        for v in (v1, v2):
+            yield pyew.mul, (x, v), {}, lambda v=v: x * np.dtype(dtype).type(v), 1
+        yield pyew.clip, (x, b, v1), {}, lambda: np.clip(x, b, np.dtype(dtype).type(v1)), period
+        yield pyew.where, (x > w, x, b), {}, lambda: np.where(x > w, x, b), period
+        yield pyew.evaluate, ("x * w + b + v",), {"local_dict": {"x": x, "w": w, "b": b, "v": v1}}, None, period
+
+    for fn, args, kw, ref, every in calls():
+        seen.clear()
+        _poisoned_pool_block(n, dtype)
+        o[...] = 0
+        got = fn(*args, **kw)
+        runs = [r for r in seen if r]
+        assert runs and all(len(r) >= 2 and all(lo % every == 0 for lo, _ in r) and r[-1][1] == n for r in runs)
+        got = got.copy()
+        np.testing.assert_array_equal(got, _made_whole(monkeypatch, counted, n, dtype, fn, args, kw))
+        if ref is not None:
+            np.testing.assert_array_equal(got, ref())
+        else:
+            x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
+            want = x64 * w64 + b64 + v1
+            if floats:
+                tol = 2e-3 if dtype == "float16" else 1e-6
+                np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 40)
+            else:
+                np.testing.assert_array_equal(got, want.astype(np.int32))
