@@ -319,11 +319,12 @@ class Plan:
     native_replayer replays without Python; None for the others."""
     __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host", "native")
 
-    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=0, native=None):
+    def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=(), native=None):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
-        # numpy arrays in, a numpy result out: the period of its runs (transfer.one_shot), and
-        # launch(in_ptrs, out_ptrs, stream, n, what numbers() gave) for a run of n elements
+        # numpy arrays in, a numpy result out: the period and the arrays' scales of its runs
+        # (transfer.one_shot), launch(in_ptrs, out_ptrs, stream, n, what numbers() gave) for a
+        # run of n elements
         self.host = host
         self.native = native
 
@@ -499,7 +500,7 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
             return None
     launch = plan.launch
     res = pinned.for_result(plan.shape, plan.out_info.np)
-    ok = transfer.one_shot(arrays, (res,), lambda i, o, s, m: launch(i, o, s, m, got), stream, period=plan.host)
+    ok = transfer.one_shot(arrays, (res,), lambda i, o, s, m: launch(i, o, s, m, got), stream, *plan.host)
     return res if ok else None
 
 

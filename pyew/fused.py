@@ -38,7 +38,6 @@ from .operands import (
     HOST,
     SCALAR,
     Operand,
-    aligned_shape,
     broadcast_shape,
     classify,
     kernel_dtype,
@@ -683,28 +682,29 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
 
 
 def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
-    """The plan of a formula's call on numpy arrays, each of the result's shape or a row of it
-    (transfer.repeat_dim), and Python numbers: replayed in one shot when it is small (call.replay),
-    in runs of whole rows whose copies up and down overlap; else streamed. The kernel converts
-    each array's dtype in registers, so it takes the arrays as they are."""
+    """The plan of a formula's call on numpy arrays, each of the result's shape, a row or a column
+    of it (transfer.runs_of), and Python numbers: replayed in one shot when it is small
+    (call.replay), in runs of whole rows whose copies up and down overlap; else streamed. The
+    kernel converts each array's dtype in registers, so it takes the arrays as they are."""
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
-    t = transfer.repeat_dim([operands[i].shape for i in array_at], shape)
-    if t is None:
+    shapes = [operands[i].shape for i in array_at]
+    split = transfer.runs_of(shapes, shape)
+    if split is None:
         return None
-    run_of, nd = transfer.runs(shape, t), len(shape)
-    rows = [None if operands[i].shape == shape else (1, *aligned_shape(operands[i].shape, nd)[t:]) for i in array_at]
-    infos = [operands[i].info for i in array_at]
+    t, scales = split
+    of, infos = transfer.run_shapes(shapes, shape, t, scales), [operands[i].info for i in array_at]
     packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
 
     def launch(in_ptrs, out_ptrs, s, m, packed):
-        run = run_of(m)
-        ins = [call.DevIn(p, r or run, None, info) for p, r, info in zip(in_ptrs, rows, infos)]
+        run, own = of(m)
+        ins = [call.DevIn(p, a, None, info) for p, a, info in zip(in_ptrs, own, infos)]
         prog.launch(ins, out_ptrs[0], run, s, blob if packed is None else packed[1])
-    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=math.prod(shape[t:]))
+    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch,
+                     host=(math.prod(shape[t:]), scales))
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str):

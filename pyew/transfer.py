@@ -401,7 +401,8 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, piece: int = 0, down: _Lane | None = None, period: int = 0) -> None:
+          settle=None, copy=np.copyto, piece: int = 0, down: _Lane | None = None, period: int = 0,
+          scales: Sequence[int] = ()) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
     (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
     their host views `outs`, settle() waits for the stream (by default on this thread), and the
@@ -413,14 +414,16 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     Staged inputs that follow each other in both memories go up in one copy, queued once staged;
     with `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES
     pieces, each queued as soon as it is staged, so it crosses PCIe while the next is staged.
-    With `down` (a second stream of the GPU) and a `period`, a call whose outputs and other inputs
-    are C-ordered runs of one length, launch(ptrs, n) taking any run of whole periods of them, goes
-    in parts: each part's inputs are staged and sent up, its kernel queued, and its outputs sent
-    down on `down` while the next part goes up, so the copies up and down overlap. A shorter input
-    repeats with a period dividing `period` (a row bias): it goes up whole with the first part,
-    and every part reads it whole."""
+    With `down` (a second stream of the GPU) and a `period`, a call of C-ordered operands,
+    launch(ptrs, n) taking any run of whole periods of them, goes in parts: each part's inputs are
+    staged and sent up, its kernel queued, and its outputs sent down on `down` while the next part
+    goes up, so the copies up and down overlap. `scales` (one_shot) tells the inputs' parts: a
+    row (0) goes up whole with the first part and every part reads it whole; a column (k) goes up
+    in runs of 1/k of the call's."""
     here = here or [buf is None] * len(ptrs)
-    parts = _parts(ins, outs, down, period)
+    if period and outs and not scales:
+        scales = [1 if v.size == outs[0].size else 0 for v in ins]
+    parts = _parts(ins, outs, down, period, scales)
     offs, off = [], start                 # where each staged operand sits in buf
     for v, direct in zip(ins + outs, here):
         offs.append(None if direct else off)
@@ -429,19 +432,18 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     try:
         if parts:
             flats = [v.reshape(-1) for v in ins]
-            n = outs[0].size
-            # bytes a part's pointer moves per element of the call: 0 for an input every part reads whole
-            steps = [v.itemsize if v.size == n else 0 for v in ins] + [v.itemsize for v in outs]
+            sizes = [v.itemsize for v in ins + outs]
+            every = list(scales) + [1] * len(outs)        # of the call's elements per element of each
             homes = [v.ctypes.data if o is None else buf.ptr + o for v, o in zip(outs, offs[k:])]
             for lo, hi in parts:
-                for f, dp, o, b in zip(flats, ptrs, offs, steps):
-                    if b:
-                        _up_range(f, dp, o, lo, hi, buf, stream_cu, copy)
+                for f, dp, o, e in zip(flats, ptrs, offs, scales):
+                    if e:
+                        _up_range(f, dp, o, lo // e, hi // e, buf, stream_cu, copy)
                     elif not lo:
                         _up_range(f, dp, o, 0, f.size, buf, stream_cu, copy)
-                launch([p + lo * b for p, b in zip(ptrs, steps)], hi - lo)
+                launch([p + lo // e * b if e else p for p, b, e in zip(ptrs, sizes, every)], hi - lo)
                 down.follow(stream_cu)
-                for home, dp, b in zip(homes, ptrs[k:], steps[k:]):
+                for home, dp, b in zip(homes, ptrs[k:], sizes[k:]):
                     rt.copy_dtoh(home + lo * b, dp + lo * b, (hi - lo) * b, down.stream)
             rt.stream_synchronize(down.stream)
         else:
@@ -513,20 +515,22 @@ _OVERLAP_PART_BYTES = 2 << 20     # parts of a call whose copies up and down ove
 _OVERLAP_PARTS = 4
 
 
-def _parts(ins, outs, down, period: int) -> list[tuple[int, int]]:
+def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[int, int]]:
     """The element ranges a call goes in with copies up and down overlapping (see _move), each a
     run of whole periods; [] for one part: no second stream or period, operands that are not
-    C-ordered runs, an input shorter than the outputs whose length does not divide the period, or
-    too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
+    C-ordered, an input whose length does not fit its scale and the period, or too few bytes for
+    parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
     if down is None or not period or not ins or not outs:
         return []
     n = outs[0].size
     if not all(v.size == n for v in outs) or not all(v.flags.c_contiguous for v in ins + outs):
         return []
-    full = [v.nbytes for v in ins if v.size == n]
-    if not full or any(v.size != n and (not v.size or period % v.size) for v in ins):
-        return []
-    k = _part_count(max(full))
+    for v, e in zip(ins, scales):
+        if not (v.size == n if e == 1 else (v.size and period % v.size == 0) if not e else
+                (v.size * e == n and period % e == 0)):
+            return []
+    full = [v.nbytes for v, e in zip(ins, scales) if e == 1]
+    k = _part_count(max(full)) if full else 0
     if k < 2:
         return []
     unit = math.lcm(period, _ALIGN)     # whole periods in whole 256-element runs: parts stay vector-aligned
@@ -743,20 +747,21 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
 
     if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
         ins, outs = _views(inputs, outputs, flat, tuple(slice(0, d) for d in space), out_scale, in_scale)
-        t = None
+        split = None
         if not scaled and all(o.flags.c_contiguous for o in outputs):
-            t = repeat_dim([op.shape for op in inputs], shape)
-        if t is not None:           # any run of whole periods is a call of its own (one_shot's parts)
-            run_of = runs(shape, t)
-            rows = [None if op.shape == shape else (1, *op.shape[t:]) for op in inputs]
+            split = runs_of([op.shape for op in inputs], shape)
+        period, scales = 0, ()
+        if split is not None:       # any run of whole rows is a call of its own (one_shot's parts)
+            t, scales = split
+            period, of = math.prod(shape[t:]), run_shapes([op.shape for op in inputs], shape, t, scales)
 
             def launch(dptrs, optrs, st, m):
-                run = run_of(m)
-                kernel(DeviceChunk(tuple(dptrs), tuple(r or run for r in rows), tuple(optrs), (run,) * len(optrs), st))
+                run, in_shapes = of(m)
+                kernel(DeviceChunk(tuple(dptrs), tuple(in_shapes), tuple(optrs), (run,) * len(optrs), st))
         else:
             def launch(dptrs, optrs, st, m):
                 kernel(_chunk(ins, outs, dptrs + optrs, st))
-        if one_shot(ins, outs, launch, stream, period=0 if t is None else math.prod(shape[t:])):
+        if one_shot(ins, outs, launch, stream, period, scales):
             return
     # page-locked operands are copied straight from and into (no staging) where every block of
     # them is one run: in a flat call, and in any call for a C-ordered operand of the call's shape
@@ -888,30 +893,43 @@ def _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale):
     return total
 
 
-def repeat_dim(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> int | None:
-    """The first of the trailing dims of `shape` over which every operand is whole, where each is
-    of the call's shape or a row of it (ones, then the call's dims from some dim on: a bias over
-    the last dims): the flattened call then splits into runs of whole periods of those dims' size,
-    each run reading every row whole (one_shot's parts). len(shape) where all are of the call's
-    shape; None where one broadcasts otherwise (a column)."""
-    nd, first = len(shape), len(shape)
+def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> tuple[int, list[int]] | None:
+    """How a C-ordered call over `shape` splits into runs of whole rows of its dims from t on, for
+    its operands (numpy shapes that broadcast to it): (t, each operand's scale), the scale 1 for an
+    operand of the call's shape, 0 for a row (ones, then the call's dims from some dim on: a bias,
+    read whole by every run), k for a column (the call's dims up to some dim, then ones: one
+    element per k of the call's, read in runs too); None where one broadcasts otherwise. t is the
+    least dim any row or column starts its ones or dims from (len(shape) where none does)."""
+    nd = len(shape)
+    t, scales = nd, []
     for s in shapes:
-        s = tuple(s)
-        if s == shape:
+        a = (1,) * (nd - len(s)) + tuple(s)
+        if a == shape:
+            scales.append(1)
             continue
-        s = (1,) * (nd - len(s)) + s
-        t = next((i for i, d in enumerate(s) if d != 1), nd)
-        if s[t:] != shape[t:]:
+        lead = next((i for i, d in enumerate(a) if d != 1), nd)
+        if a[lead:] == shape[lead:]:
+            scales.append(0)
+            t = min(t, lead)
+            continue
+        u = next(i for i in range(nd) if a[i] != shape[i])
+        if any(d != 1 for d in a[u:]):
             return None
-        first = min(first, t)
-    return first
+        scales.append(math.prod(shape[u:]))
+        t = min(t, u)
+    return t, scales
 
 
-def runs(shape: tuple[int, ...], t: int) -> Callable[[int], tuple[int, ...]]:
-    """The shape of a run of m elements of the C-ordered space `shape`, m a multiple of the elements
-    of its dims from t on: (m / that, *shape[t:])."""
-    tail, period = tuple(shape[t:]), math.prod(shape[t:])
-    return lambda m: (m // period, *tail)
+def run_shapes(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...], t: int, scales: Sequence[int]):
+    """For a run of m elements of the C-ordered space `shape` (m a multiple of the elements of its
+    dims from t on, runs_of): (the run's shape, each operand's shape over it)."""
+    nd, tail, period = len(shape), tuple(shape[t:]), math.prod(shape[t:])
+    tails = [((1,) * (nd - len(s)) + tuple(s))[t:] for s in shapes]
+
+    def of(m: int):
+        run = (m // period, *tail)
+        return run, [run if k == 1 else (run[0] if k else 1, *a) for a, k in zip(tails, scales)]
+    return of
 
 
 def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
@@ -921,15 +939,17 @@ def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
 
 
 def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream,
-             period: int = 0) -> bool:
+             period: int = 0, scales: Sequence[int] = ()) -> bool:
     """The small-call path: copy `inputs` up (staged through the small pinned buffer, or straight
     from their own memory: page-locked ones, and small C-ordered ones that CUDA stages itself),
     launch(dptrs, optrs, stream, n) with n the elements of the outputs, copy the results into
     `outputs` and wait. False (nothing done) if they do not fit. With a `period`, launch is
     elementwise over C-ordered runs and takes any run of whole periods of them (pointers into each
-    operand, an input shorter than the outputs at its start, and the run's length): a large enough
-    call goes in parts whose copies up and down overlap (_move). Period 1 is any run; a call whose
-    shorter inputs are rows of its trailing dims has their length (repeat_dim)."""
+    operand at the run's start, a row's at its own, and the run's length): a large enough call goes
+    in parts whose copies up and down overlap (_move). Period 1 is any run; a call with rows or
+    columns has the elements of its dims from runs_of's t on, and `scales` says, per input, how
+    many of the call's elements each of its own stands for (1; 0 for a row, read whole; k for a
+    column); by default 1 where an input has the outputs' length, else 0."""
     views = [*inputs, *outputs]
     sizes = [v.nbytes for v in views]
     if sum(sizes) > _limits.small_bytes:
@@ -954,7 +974,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
             ptrs = _laid_out(dbase, views)
             _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
-                  down=_down_stream(stream.ordinal) if split else None, period=period)
+                  down=_down_stream(stream.ordinal) if split else None, period=period, scales=scales)
         finally:
             rt.free(dbase, stream, need)
     return True

@@ -557,9 +557,10 @@ def test_small_numpy_calls_replay_a_host_plan(fakes, rng, monkeypatch):
 
 @needs_lib
 def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkeypatch):
-    """Numbers and rows (ones, then the result's last dims) join a host plan: classified once per
-    kind of call, each later call with other values right; calls large enough for parts go in runs
-    of whole rows, each reading the rows whole. A column is not a row: the general path, each call."""
+    """Numbers, rows (ones, then the result's last dims) and columns (its first dims, then ones)
+    join a host plan: classified once per kind of call, each later call with other values right;
+    calls large enough for parts go in runs of whole rows, each reading the rows whole and its part
+    of a column. An operand broadcast in a middle dim goes the general path, each call."""
     from pyew import call, transfer
     call.plans().clear()
     x = rng.standard_normal((16, 128, 1024)).astype(np.float32)        # 8 MiB: parts
@@ -581,17 +582,18 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
             np.testing.assert_array_equal(pyew.add(x, col), x + col)
     finally:
         pyew.set_transfer_limits(**old)
-    assert classified == ["mul", "mul", "add", "add", "clip", "clip", "add", "add", "add"]
+    assert classified == ["mul", "mul", "add", "add", "clip", "clip", "add"]
     n = x.size
     for runs in parts:
         if runs:
             assert runs[0][0] == 0 and runs[-1][1] == n and all(a[1] == b_[0] for a, b_ in zip(runs, runs[1:]))
             assert all(lo % (128 * 1024) == 0 for lo, _ in runs)
-    assert sum(1 for r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 5
-    # size-1 operands are rows too; a column, both operands broadcast, a 0-d array or n = 0 are not
+    assert sum(1 for r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 6
+    # size-1 operands are rows too, an outer product a column and a row; a middle broadcast, a 0-d
+    # array or n = 0 are not
     shapes = {((3,), (1,)): 1, ((1, 2, 1), (1,)): 1, ((3,), ()): 3, ((), (6, 2)): 3, ((1, 1), (1, 3)): 1,
-              ((2, 1, 2, 1), (1,)): 1, ((4, 1), (1, 5)): 3, ((16, 32, 100), (32, 1)): 3, ((2, 3, 1, 6), (3, 7, 1)): 3,
-              ((5, 0, 3), (3,)): 3}
+              ((2, 1, 2, 1), (1,)): 1, ((4, 1), (1, 5)): 1, ((16, 32, 100), (32, 1)): 3, ((2, 3, 1, 6), (3, 7, 1)): 3,
+              ((5, 0, 3), (3,)): 3, ((6, 5, 4), (6, 1, 1)): 1, ((6, 5, 4), (6, 5, 1)): 1}
     for (sa, sb), times in shapes.items():
         a, c = (np.asarray(rng.standard_normal(s), np.float32) for s in (sa, sb))
         classified.clear()

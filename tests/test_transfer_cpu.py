@@ -880,8 +880,9 @@ def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch)
 def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
     """stream_call's one shot over C-ordered operands of the call's shape (1-d or not): the kernel
     step runs once per part on 1-d runs that cover every element once. With a row (ones, then the
-    call's last dims) the parts are runs of whole rows, each step reading the row whole; a column
-    makes one whole step."""
+    call's last dims) the parts are runs of whole rows, each step reading the row whole; with a
+    column (the call's first dims, then ones), its part of the column; an operand broadcast in a
+    middle dim makes one whole step."""
     transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
     rng = np.random.default_rng(6)
     x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
@@ -911,13 +912,24 @@ def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
         assert [ins[1] for ins, _ in steps] == [(1, *tail)] * len(steps)
         assert all(o == ins[0] and o[1:] == tail and o[0] * period % 256 == 0 for ins, o in steps[:-1])
         assert sum(o[0] for _, o in steps) * period == n
-    if nd > 1:
+    for u in range(1, nd):
         steps.clear()
-        col = rng.standard_normal(shape[:-1] + (1,)).astype(np.float32)
-        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(col, col.shape)], [out], shape,
+        col_shape = shape[:u] + (1,) * (nd - u)
+        col = rng.standard_normal(col_shape).astype(np.float32)
+        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(col, col_shape)], [out], shape,
                              kernel, S)
         np.testing.assert_array_equal(out, x + col)
-        assert steps == [((shape, col.shape), shape)]
+        tail, period = shape[u:], math.prod(shape[u:])
+        assert len(steps) == transfer._OVERLAP_PARTS, u
+        assert all(o == ins[0] and o[1:] == tail and ins[1] == (o[0], *(1,) * len(tail)) for ins, o in steps)
+        assert sum(o[0] for _, o in steps) * period == n
+    if nd > 2:
+        steps.clear()
+        mid = rng.standard_normal((1, shape[1], 1)).astype(np.float32)
+        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(mid, mid.shape)], [out], shape,
+                             kernel, S)
+        np.testing.assert_array_equal(out, x + mid)
+        assert steps == [((shape, mid.shape), shape)]
 
 
 def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libew, monkeypatch):

@@ -241,14 +241,16 @@ def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
-@pytest.mark.parametrize("shape,row", [((2051, 1024), (1024,)), ((515, 4096), (1, 4096)),
-                                       ((9, 300, 1000), (300, 1000)), ((3, 700, 1000), (1, 1, 1000))])
-def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, monkeypatch):
-    """numpy calls with rows (ones, then the result's last dims) and Python numbers, big enough to
-    go in runs of whole rows whose copies up and down overlap (the host plans of map ops, out=,
-    formulas): each result equals the same call made whole, element for element, and numpy's,
-    exactly for the exact ops and up to rounding for a formula; x a view 1 element off its
-    allocation, results in poisoned pool blocks, a plan replayed with other numbers."""
+@pytest.mark.parametrize("shape,row,col", [((2051, 1024), (1024,), (2051, 1)), ((515, 4096), (1, 4096), (515, 1)),
+                                           ((9, 300, 1000), (300, 1000), (9, 1, 1)),
+                                           ((3, 700, 1000), (1, 1, 1000), (3, 700, 1))])
+def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, col, monkeypatch):
+    """numpy calls with rows (ones, then the result's last dims), columns (its first dims, then
+    ones) and Python numbers, big enough to go in runs of whole rows whose copies up and down
+    overlap (the host plans of map ops, out=, formulas): each result equals the same call made
+    whole, element for element, and numpy's, exactly for the exact ops and up to rounding for a
+    formula; x a view 1 element off its allocation, results in poisoned pool blocks, a plan
+    replayed with other numbers."""
     from pyew import transfer
     seen = []
     real = transfer._parts
@@ -261,8 +263,11 @@ def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, m
     monkeypatch.setattr(transfer, "_parts", counted)
     n, floats = math.prod(shape), dtype != "int32"
     period = math.prod(row[next(i for i, d in enumerate(row) if d != 1):])
+    ones_from = len(shape) - next(i for i, d in enumerate(reversed(col)) if d != 1)
+    col_period = math.prod(shape[ones_from:])
     x = random_array(rng, n + 1, dtype)[1:].reshape(shape)
     w, b = (random_array(rng, math.prod(row), dtype).reshape(row) for _ in range(2))
+    c = random_array(rng, math.prod(col), dtype).reshape(col)
     o = np.empty(shape, dtype)
     v1, v2 = (2.5, -0.75) if floats else (3, -7)
 
@@ -273,6 +278,8 @@ def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, m
             yield pyew.mul, (x, v), {}, lambda v=v: x * np.dtype(dtype).type(v), 1
         yield pyew.clip, (x, b, v1), {}, lambda: np.clip(x, b, np.dtype(dtype).type(v1)), period
         yield pyew.where, (x > w, x, b), {}, lambda: np.where(x > w, x, b), period
+        yield pyew.sub, (c, x), {}, lambda: c - x, col_period
+        yield pyew.clip, (x, c, b), {}, lambda: np.clip(x, c, b), max(period, col_period)
         yield pyew.evaluate, ("x * w + b + v",), {"local_dict": {"x": x, "w": w, "b": b, "v": v1}}, None, period
 
     for fn, args, kw, ref, every in calls():

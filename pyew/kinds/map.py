@@ -9,7 +9,7 @@ import numpy as np
 from .. import call, interop, library, transfer
 from .. import runtime as rt
 from ..array import DeviceArray
-from ..operands import DEVICE, HOST, SCALAR, aligned_shape, weak_scalar_bits
+from ..operands import DEVICE, HOST, SCALAR, weak_scalar_bits
 from . import OUT_STREAM, P, binder, make_function, positional
 
 
@@ -149,10 +149,11 @@ class MapOp:
         return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, broadcast, native=native)
 
     def _host_plan(self, p: call.Prepared, pvals: tuple, wants) -> call.Plan | None:
-        """The plan of a call on numpy arrays of the kernel's dtypes, each of the result's shape or
-        a row of it (transfer.repeat_dim), and Python numbers: replayed in one shot when it is small
-        (call.replay), in runs of whole rows whose copies up and down overlap; else streamed as now.
-        Arrays alone of the result's shape take the contiguous entry, the others the strided one."""
+        """The plan of a call on numpy arrays of the kernel's dtypes, each of the result's shape, a
+        row or a column of it (transfer.runs_of), and Python numbers: replayed in one shot when it
+        is small (call.replay), in runs of whole rows whose copies up and down overlap; else
+        streamed as now. Arrays alone of the result's shape take the contiguous entry, the others
+        the strided one."""
         arrays, numbers_at = [], []
         for i, (o, w) in enumerate(zip(p.operands, wants)):
             if o.kind == HOST and o.info is w and o.value.dtype == w.np:
@@ -162,32 +163,31 @@ class MapOp:
             else:
                 return None
         shape, kernel = p.shape, p.kernel
-        t = transfer.repeat_dim([p.operands[i].shape for i in arrays], shape) if arrays else None
-        if t is None:
+        shapes = [p.operands[i].shape for i in arrays]
+        split = transfer.runs_of(shapes, shape) if arrays else None
+        if split is None:
             return None
-        period = math.prod(shape[t:])
-        if not numbers_at and all(p.operands[i].shape == shape for i in arrays):
+        t, scales = split
+        host = (math.prod(shape[t:]), scales)
+        if not numbers_at and all(s == shape for s in shapes):
             forward = kernel.entry("forward")
 
             def contiguous(in_ptrs, out_ptrs, s, count, _):
                 library.launch(forward, (out_ptrs[0], *in_ptrs, count, *pvals), s)
-            return call.Plan(self, shape, kernel.out_dtype, arrays, (), None, contiguous, host=period)
+            return call.Plan(self, shape, kernel.out_dtype, arrays, (), None, contiguous, host=host)
         strided = kernel.entry("strided")
         if strided is None:
             return None
-        run_of = transfer.runs(shape, t)
-        rows = {i: (1, *aligned_shape(p.operands[i].shape, len(shape))[t:]) for i in arrays
-                if p.operands[i].shape != shape}
+        of = transfer.run_shapes(shapes, shape, t, scales)
         where = [(i in arrays, arrays.index(i) if i in arrays else numbers_at.index(i)) for i in range(len(wants))]
         numbers = _numbers(numbers_at, [(wants[i], wants[i].itemsize) for i in numbers_at]) if numbers_at else None
 
         def broadcast(in_ptrs, out_ptrs, s, count, nums):
-            run = run_of(count)
-            _, layout, n = call.broadcast_plan(tuple(None if i not in arrays else rows.get(i, run)
-                                                     for i in range(len(wants))))
+            _, own = of(count)
+            _, layout, n = call.broadcast_plan(tuple(own[j] if arr else None for arr, j in where))
             library.launch(strided, (out_ptrs[0], *[in_ptrs[j] if arr else nums[j] for arr, j in where], n, *pvals,
                                      ctypes.addressof(layout)), s)
-        return call.Plan(self, shape, kernel.out_dtype, arrays, numbers_at, numbers, broadcast, host=period)
+        return call.Plan(self, shape, kernel.out_dtype, arrays, numbers_at, numbers, broadcast, host=host)
 
     def function(self):
         """The op's Python function: on one GPU, a call whose plan is known replays it from here, in
