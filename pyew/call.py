@@ -482,12 +482,19 @@ def replay(plan: Plan, args: Sequence, out, stream):
 
 def _replay_host(plan: Plan, args: Sequence, out, stream):
     """A small call on numpy arrays (and numbers): its inputs up, the kernel and the result back in
-    one shot through the transfer engine's small buffer, in runs of the plan's period; None where
-    it does not fit that, or a number does not fit its dtype (the general path
-    then streams it)."""
-    if out is not None:
-        return None
+    one shot through the transfer engine's small buffer, in runs of the plan's period, into a new
+    array or a numpy out= of the result's shape and dtype (C-ordered, writable, overlapping no
+    input but exactly); None where it does not fit those, or a number does not fit its dtype (the
+    general path then casts, copies or streams)."""
     arrays = [args[i] for i in plan.arrays]
+    if out is not None:
+        if (type(out) is not np.ndarray or out.dtype != plan.out_info.np or out.shape != plan.shape
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            return None
+        for a in arrays:
+            if np.may_share_memory(a, out) and not (a.ctypes.data == out.ctypes.data and a.shape == out.shape
+                                                    and a.strides == out.strides):
+                return None
     nbytes = plan.n * plan.out_info.itemsize
     for a in arrays:
         nbytes += a.nbytes
@@ -499,7 +506,7 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
         if got is None:
             return None
     launch = plan.launch
-    res = pinned.for_result(plan.shape, plan.out_info.np)
+    res = pinned.for_result(plan.shape, plan.out_info.np) if out is None else out
     ok = transfer.one_shot(arrays, (res,), lambda i, o, s, m: launch(i, o, s, m, got), stream, *plan.host)
     return res if ok else None
 

@@ -622,7 +622,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         plan = None
         if device and all(a.kind == DEVICE for a in arrays):
             plan = _plan(tree, prog, operands, shape, blob, s)
-        elif not device and o is None and all(a.kind == HOST for a in arrays):
+        elif not device and all(a.kind == HOST for a in arrays):
             plan = _host_plan(tree, prog, operands, shape, blob)
         if plan is not None:
             if prog.version == specs.version():     # else load_spec redefined an op meanwhile: not kept
@@ -693,7 +693,7 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     if split is None:
         return None
     t, scales = split
-    of, infos = transfer.run_shapes(shapes, shape, t, scales), [operands[i].info for i in array_at]
+    of, every = transfer.run_shapes(shapes, shape, t, scales), all(a == shape for a in shapes)
     packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
 
     def numbers(args, s):
@@ -701,8 +701,8 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
 
     def launch(in_ptrs, out_ptrs, s, m, packed):
         run, own = of(m)
-        ins = [call.DevIn(p, a, None, info) for p, a, info in zip(in_ptrs, own, infos)]
-        prog.launch(ins, out_ptrs[0], run, s, blob if packed is None else packed[1])
+        lay = None if every else call.broadcast_plan(tuple(own))[1]      # kept by its cache: a run or two per plan
+        prog.launch_ptrs(in_ptrs, out_ptrs[0], run, s, blob if packed is None else packed[1], lay)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch,
                      host=(math.prod(shape[t:]), scales))
 

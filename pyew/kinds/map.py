@@ -47,7 +47,7 @@ class MapOp:
         if isinstance(o, DeviceArray):
             p.device = True
             call.check_alias(o, p.operands, self.name)
-        if key is not None and plan is None and (p.device or out is None):
+        if key is not None and plan is None:
             # (a kept plan that declined this call would decline it again: the general path runs it)
             plan = self._plan(p, pvals)
             if plan is not None:
