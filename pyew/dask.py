@@ -38,7 +38,7 @@ except ImportError as e:        # pragma: no cover - depends on the environment
                       "distributed") from e
 
 from . import dtypes as dt
-from . import formula, fused, jit, kinds, library, specs
+from . import formula, fused, jit, kinds, library, specs, transfer
 from .array import DeviceArray
 from .call import param_values
 from .formula import Call, FormulaError, Var
@@ -252,10 +252,26 @@ def _run_formula(tree, names: tuple, text: str, dtype: np.dtype, blocks):
         fn(*args, out=out, stream=stream, **dict(tree.params))
         return out
     if gpu is None:                      # numpy in, numpy out: into pinned memory while the pool has room
-        return fused.run(tree, values, text, out=pinned_or_empty(shape, dtype))
+        out = pinned_or_empty(shape, dtype)
+        if _uploaded_whole(values.values(), out):
+            # a chunk the transfer engine would stream: up once, the formula, down by one DMA, as
+            # map_blocks does; in a worker, its other threads take the GIL from a streamed
+            # formula's block loop far more than from these few copies (docs/tuning.md)
+            values = {k: (asarray(v) if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+            return fused.run(tree, values, text).get(out=out)
+        return fused.run(tree, values, text, out=out)
     out, stream = _empty_like(gpu, shape, dtype)
     fused.run(tree, values, text, out=out, stream=stream)
     return out
+
+
+def _uploaded_whole(values, out: np.ndarray) -> bool:
+    """Whether a numpy chunk's formula goes up whole (pyew.asarray) rather than through the transfer
+    engine: where the engine would stream it (more than small_bytes moved) and its operands fit
+    the device memory one streamed call may use (device_bytes)."""
+    moved = out.nbytes + sum(v.nbytes for v in values if isinstance(v, np.ndarray))
+    limits = transfer.transfer_limits()
+    return limits["small_bytes"] < moved <= limits["device_bytes"]
 
 
 def _gpu_block(blocks):

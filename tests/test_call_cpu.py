@@ -642,7 +642,7 @@ def test_host_plans_write_a_numpy_out(fakes, rng, monkeypatch):
     assert pyew.add(x, w, out=o64) is o64                # another dtype: cast as numpy's out= does
     np.testing.assert_array_equal(o64, (x + w).astype(np.float64))
     wide = np.full((64, 66), np.nan, np.float32)
-    assert pyew.add(x, w, out=wide[:, ::2]) is not None  # strided
+    pyew.add(x, w, out=wide[:, ::2])                     # strided
     np.testing.assert_array_equal(wide[:, ::2], x + w)
     assert np.isnan(wide[:, 1::2]).all()
     z = np.concatenate([x.reshape(-1), np.zeros(33, np.float32)])
@@ -650,6 +650,43 @@ def test_host_plans_write_a_numpy_out(fakes, rng, monkeypatch):
     want = a + w
     assert pyew.add(a, w, out=b) is b                    # overlapping in part: the input copied first
     np.testing.assert_array_equal(b, want)
+
+
+@needs_lib
+def test_host_plan_parts_are_runs_of_whole_rows(fakes, rng, monkeypatch):
+    """With parts of a few KiB, calls whose rows (96 elements, a period that does not divide a
+    quarter of the call) and columns go in parts: every part starts at a whole row, and the results
+    are numpy's; a pinned out= one row ahead of its pinned input (overlapping in part) is not
+    written before the input is read; a read-only out= is refused, unwritten."""
+    from pyew import call, transfer
+    call.plans().clear()
+    monkeypatch.setattr(transfer, "_OVERLAP_PART_BYTES", 4096)
+    seen, split = [], transfer._parts
+    monkeypatch.setattr(transfer, "_parts", lambda *a: seen.append((a[3], split(*a))) or seen[-1][1])
+    x = rng.standard_normal((101, 96)).astype(np.float32)
+    w, col = rng.standard_normal(96).astype(np.float32), rng.standard_normal((101, 1)).astype(np.float32)
+    old = pyew.set_transfer_limits(small_bytes=64 << 20)
+    try:
+        for _ in range(2):
+            for got, want in ((pyew.add(x, w), x + w), (pyew.mul(x, col), x * col),
+                              (pyew.clip(x, col, w), np.clip(x, col, w)), (pyew.mul(x, 3.0), x * np.float32(3))):
+                np.testing.assert_array_equal(got, want)
+        runs = [(p, r) for p, r in seen if r]
+        assert len(runs) == 8 and all(len(r) >= 2 and all(lo % p == 0 for lo, _ in r) for p, r in runs)
+        assert {p for p, _ in runs} == {96, 1}
+        z = pyew.empty_pinned((513, 96), "float32")           # 192 KiB: by DMA, in parts
+        z[...] = rng.standard_normal(z.shape)
+        a, b = z[:512], z[1:]
+        want = a + w
+        assert pyew.add(a, w, out=b) is b
+        np.testing.assert_array_equal(b, want)
+        o = np.zeros_like(x)
+        o.flags.writeable = False
+        with pytest.raises(ValueError, match="add: out is a read-only numpy array"):
+            pyew.add(x, w, out=o)
+        assert not o.any()
+    finally:
+        pyew.set_transfer_limits(**old)
 
 
 @needs_lib

@@ -205,6 +205,34 @@ def test_chains_fuse_into_one_kernel_per_chunk(ed, fakes, rng, monkeypatch):
     np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(a, 2.0), 0.25)))
 
 
+@pytest.mark.parametrize("device_bytes, whole", [(1 << 20, True), (64 << 10, False)])
+@pytest.mark.parametrize("small_bytes", [0, 1 << 20])
+def test_numpy_chunks_the_engine_would_stream_go_up_whole(ed, fakes, rng, monkeypatch, device_bytes, whole,
+                                                          small_bytes):
+    """A numpy chunk whose formula moves more than small_bytes and fits device_bytes goes up whole
+    (asarray), the formula runs on the GPU and its result comes down into the chunk's result; a
+    smaller one goes in one shot, a larger one streams, and one op alone goes through the transfer
+    engine. Each chunk's result as the ops give it."""
+    a = rng.standard_normal((128, 256)).astype(np.float32)
+    w = rng.standard_normal(256).astype(np.float32)
+    x = da.from_array(a, chunks=(32, 256))              # 32 KiB chunks: 64 KiB and more moved
+    uploads = []
+    real = ed.asarray
+    monkeypatch.setattr(ed, "asarray", lambda v, *args, **kw: uploads.append(v.shape) or real(v, *args, **kw))
+    old = pyew.set_transfer_limits(device_bytes=device_bytes, small_bytes=small_bytes)
+    try:
+        for y, want, formula in ((ed.gelu(ed.add(ed.mul(x, w), 0.25)), pyew.gelu(pyew.add(pyew.mul(a, w), 0.25)), True),
+                                 (ed.add(x, w), a + w, False)):
+            uploads.clear()
+            got = y.compute(scheduler="sync")
+            assert type(got) is np.ndarray and got.dtype == np.float32
+            np.testing.assert_array_equal(got, want)
+            expect = [(32, 256), (256,)] * 4 if formula and whole and not small_bytes else []
+            assert uploads == expect
+    finally:
+        pyew.set_transfer_limits(**{k: v for k, v in old.items() if k != "pinned_pool_bytes"})
+
+
 def test_dask_evaluate(ed, fakes, rng):
     a = rng.standard_normal((50, 8)).astype(np.float32)
     w = rng.standard_normal(8).astype(np.float32)
