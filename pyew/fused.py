@@ -619,7 +619,6 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         device = True
         call.check_alias(o, arrays, text)
     if key is not None and plan is None:
-        plan = None
         if device and all(a.kind == DEVICE for a in arrays):
             plan = _plan(tree, prog, operands, shape, blob, s)
         elif not device and all(a.kind == HOST for a in arrays):
@@ -701,7 +700,8 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
 
     def launch(in_ptrs, out_ptrs, s, m, packed):
         run, own = of(m)
-        lay = None if every else call.broadcast_plan(tuple(own))[1]      # kept by its cache: a run or two per plan
+        # broadcast_plan's cache keeps the layout: a plan's runs have one or two lengths
+        lay = None if every else call.broadcast_plan(tuple(own))[1]
         prog.launch_ptrs(in_ptrs, out_ptrs[0], run, s, blob if packed is None else packed[1], lay)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch,
                      host=(math.prod(shape[t:]), scales))
