@@ -688,23 +688,21 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
     shapes = [operands[i].shape for i in array_at]
-    split = transfer.runs_of(shapes, shape)
-    if split is None:
+    runs = transfer.runs_of(shapes, shape)
+    if runs is None:
         return None
-    t, scales = split
-    of, every = transfer.run_shapes(shapes, shape, t, scales), all(a == shape for a in shapes)
+    every = all(a == shape for a in shapes)
     packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
 
     def launch(in_ptrs, out_ptrs, s, m, packed):
-        run, own = of(m)
+        run, own = runs.shapes(m)
         # broadcast_plan's cache keeps the layout: a plan's runs have one or two lengths
         lay = None if every else call.broadcast_plan(tuple(own))[1]
         prog.launch_ptrs(in_ptrs, out_ptrs[0], run, s, blob if packed is None else packed[1], lay)
-    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch,
-                     host=(math.prod(shape[t:]), scales))
+    return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=(runs.period, runs.scales))
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str):

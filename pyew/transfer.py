@@ -747,21 +747,17 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
 
     if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
         ins, outs = _views(inputs, outputs, flat, tuple(slice(0, d) for d in space), out_scale, in_scale)
-        split = None
+        runs = None
         if not scaled and all(o.flags.c_contiguous for o in outputs):
-            split = runs_of([op.shape for op in inputs], shape)
-        period, scales = 0, ()
-        if split is not None:       # any run of whole rows is a call of its own (one_shot's parts)
-            t, scales = split
-            period, of = math.prod(shape[t:]), run_shapes([op.shape for op in inputs], shape, t, scales)
-
+            runs = runs_of([op.shape for op in inputs], shape)
+        if runs is not None:        # any run of whole rows is a call of its own (one_shot's parts)
             def launch(dptrs, optrs, st, m):
-                run, in_shapes = of(m)
+                run, in_shapes = runs.shapes(m)
                 kernel(DeviceChunk(tuple(dptrs), tuple(in_shapes), tuple(optrs), (run,) * len(optrs), st))
         else:
             def launch(dptrs, optrs, st, m):
                 kernel(_chunk(ins, outs, dptrs + optrs, st))
-        if one_shot(ins, outs, launch, stream, period, scales):
+        if one_shot(ins, outs, launch, stream, *((runs.period, runs.scales) if runs else ())):
             return
     # page-locked operands are copied straight from and into (no staging) where every block of
     # them is one run: in a flat call, and in any call for a C-ordered operand of the call's shape
@@ -893,17 +889,28 @@ def _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale):
     return total
 
 
-def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> tuple[int, list[int]] | None:
-    """How a C-ordered call over `shape` splits into runs of whole rows of its dims from t on, for
-    its operands (numpy shapes that broadcast to it): (t, each operand's scale), the scale 1 for an
-    operand of the call's shape, 0 for a row (ones, then the call's dims from some dim on: a bias,
-    read whole by every run), k for a column (the call's dims up to some dim, then ones: one
-    element per k of the call's, read in runs too); None where one broadcasts otherwise. t is the
-    least dim any row or column starts its ones or dims from (len(shape) where none does)."""
+@dataclass(frozen=True)
+class Runs:
+    """How a C-ordered call splits into runs of whole rows (runs_of): the elements of a row of the
+    dims it takes whole (the period; 1 where every operand has the call's shape), each operand's
+    scale (1 for one of the call's shape, 0 for a row read whole by every run, k for a column: one
+    element per k of the call's), and shapes(m): a run of m elements' shape and each operand's
+    shape over it."""
+    period: int
+    scales: tuple[int, ...]
+    shapes: Callable[[int], tuple[tuple[int, ...], list[tuple[int, ...]]]]
+
+
+def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> Runs | None:
+    """The runs of a C-ordered call over `shape` whose operands (numpy shapes that broadcast to it)
+    are each of its shape, a row of it (ones, then its dims from some dim on: a bias) or a column
+    (its dims up to some dim, then ones); None where one broadcasts otherwise. A run's rows are the
+    call's dims from the least dim any row or column starts its dims or ones from."""
     nd = len(shape)
-    t, scales = nd, []
+    t, scales, own = nd, [], []
     for s in shapes:
         a = (1,) * (nd - len(s)) + tuple(s)
+        own.append(a)
         if a == shape:
             scales.append(1)
             continue
@@ -917,19 +924,13 @@ def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> tuple[
             return None
         scales.append(math.prod(shape[u:]))
         t = min(t, u)
-    return t, scales
-
-
-def run_shapes(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...], t: int, scales: Sequence[int]):
-    """For a run of m elements of the C-ordered space `shape` (m a multiple of the elements of its
-    dims from t on, runs_of): (the run's shape, each operand's shape over it)."""
-    nd, tail, period = len(shape), tuple(shape[t:]), math.prod(shape[t:])
-    tails = [((1,) * (nd - len(s)) + tuple(s))[t:] for s in shapes]
+    tail, period = tuple(shape[t:]), math.prod(shape[t:])
+    tails = [a[t:] for a in own]
 
     def of(m: int):
         run = (m // period, *tail)
         return run, [run if k == 1 else (run[0] if k else 1, *a) for a, k in zip(tails, scales)]
-    return of
+    return Runs(period, tuple(scales), of)
 
 
 def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
@@ -947,9 +948,8 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     elementwise over C-ordered runs and takes any run of whole periods of them (pointers into each
     operand at the run's start, a row's at its own, and the run's length): a large enough call goes
     in parts whose copies up and down overlap (_move). Period 1 is any run; a call with rows or
-    columns has the elements of its dims from runs_of's t on, and `scales` says, per input, how
-    many of the call's elements each of its own stands for (1; 0 for a row, read whole; k for a
-    column); by default 1 where an input has the outputs' length, else 0."""
+    columns has runs_of's, and `scales` says, per input, how many of the call's elements each of
+    its own stands for (Runs); by default 1 where an input has the outputs' length, else 0."""
     views = [*inputs, *outputs]
     sizes = [v.nbytes for v in views]
     if sum(sizes) > _limits.small_bytes:

@@ -164,11 +164,10 @@ class MapOp:
                 return None
         shape, kernel = p.shape, p.kernel
         shapes = [p.operands[i].shape for i in arrays]
-        split = transfer.runs_of(shapes, shape) if arrays else None
-        if split is None:
+        runs = transfer.runs_of(shapes, shape) if arrays else None
+        if runs is None:
             return None
-        t, scales = split
-        host = (math.prod(shape[t:]), scales)
+        host = (runs.period, runs.scales)
         if not numbers_at and all(s == shape for s in shapes):
             forward = kernel.entry("forward")
 
@@ -178,12 +177,11 @@ class MapOp:
         strided = kernel.entry("strided")
         if strided is None:
             return None
-        of = transfer.run_shapes(shapes, shape, t, scales)
         where = [(i in arrays, arrays.index(i) if i in arrays else numbers_at.index(i)) for i in range(len(wants))]
         numbers = _numbers(numbers_at, [(wants[i], wants[i].itemsize) for i in numbers_at]) if numbers_at else None
 
         def broadcast(in_ptrs, out_ptrs, s, count, nums):
-            _, own = of(count)
+            _, own = runs.shapes(count)
             _, layout, n = call.broadcast_plan(tuple(own[j] if arr else None for arr, j in where))
             library.launch(strided, (out_ptrs[0], *[in_ptrs[j] if arr else nums[j] for arr, j in where], n, *pvals,
                                      ctypes.addressof(layout)), s)
