@@ -555,6 +555,7 @@ typedef struct {
   PyObject* check;      /* check(rc, symbol) raises for a failed launch */
   PyObject* owner;      /* replays run while owner.launch is `launch`: calls go where launches go */
   PyObject* launch;
+  PyObject* numbers;    /* frozenset of the number types a plan takes (call.NUMBERS) */
 } replayer;
 
 static PyObject *s_info, *s_shape, *s_ptr, *s_buf, *s_last, *s_read_on, *s_handle, *s_dims, *s_ordinal,
@@ -563,7 +564,7 @@ static PyObject *s_info, *s_shape, *s_ptr, *s_buf, *s_last, *s_read_on, *s_handl
 static void release_replayer(replayer* r) {
   if (r == NULL) return;
   PyObject** refs[] = {&r->target, &r->target_id, &r->plans, &r->stream_of, &r->new_array, &r->array_type,
-                       &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch};
+                       &r->exchange, &r->dl_dtypes, &r->check, &r->owner, &r->launch, &r->numbers};
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; ++i) Py_XDECREF(*refs[i]);
   free(r);
 }
@@ -781,7 +782,8 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
       if ((parts[nparts++] = PyObject_GetAttr(a, s_info)) == NULL) goto done;
       if ((parts[nparts++] = PyObject_GetAttr(a, s_shape)) == NULL) goto done;
       if (address_of(a, s_ptr, &ptrs[i]) < 0) goto done;
-    } else if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type) {
+    } else if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type ||
+               PySet_Contains(r->numbers, (PyObject*)t) == 1) {
       kind[i] = ARG_NUMBER;
       parts[nparts++] = Py_NewRef((PyObject*)t);
     } else {
@@ -915,11 +917,12 @@ done:
 
 PyDoc_STRVAR(replayer_doc,
 "replayer(target, arity, plans, stream_of, new_array, array_type, exchange, dl_dtypes, check, owner,\n"
-"launch)\n"
+"launch, numbers)\n"
 "-> function\n\n"
 "A function of one argument, a call's positional arguments (a tuple), that replays the call's\n"
-"plan in C where the plan has a native() form and every argument is an array_type, a Python\n"
-"number, or a GPU array of a type in `exchange` on the call's stream and GPU; it returns the\n"
+"plan in C where the plan has a native() form and every argument is an array_type, a number (of\n"
+"a type in the frozenset `numbers`, Python's always), or a GPU array of a type in `exchange` on the\n"
+"call's stream and GPU; it returns the\n"
 "result, or None where the Python path must run the call (nothing was launched).\n"
 "exchange maps a type to a reader, reader(x, stream) -> (address, dtype row, shape) or None, or\n"
 "to (its DLPack exchange API capsule, whether it is read as a plain tensor or a managed one).\n"
@@ -930,14 +933,16 @@ PyDoc_STRVAR(replayer_doc,
 
 static PyObject* replayer_new(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
-  if (nargs != 11) {
-    PyErr_SetString(PyExc_TypeError, "replayer() takes 11 arguments");
+  if (nargs != 12) {
+    PyErr_SetString(PyExc_TypeError, "replayer() takes 12 arguments");
     return NULL;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[1]);
   if (arity == -1 && PyErr_Occurred()) return NULL;
-  if (!PyDict_Check(args[2]) || !PyDict_Check(args[6]) || !PyDict_Check(args[7]) || !PyType_Check(args[5])) {
-    PyErr_SetString(PyExc_TypeError, "replayer: plans, exchange and dl_dtypes must be dicts, array_type a type");
+  if (!PyDict_Check(args[2]) || !PyDict_Check(args[6]) || !PyDict_Check(args[7]) || !PyType_Check(args[5]) ||
+      !PyFrozenSet_Check(args[11])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "replayer: plans, exchange and dl_dtypes must be dicts, array_type a type, numbers a frozenset");
     return NULL;
   }
   replayer* r = (replayer*)calloc(1, sizeof(replayer));
@@ -958,6 +963,7 @@ static PyObject* replayer_new(PyObject* module, PyObject* const* args, Py_ssize_
   r->check = Py_NewRef(args[8]);
   r->owner = Py_NewRef(args[9]);
   r->launch = Py_NewRef(args[10]);
+  r->numbers = Py_NewRef(args[11]);
   r->def.ml_name = "replay";
   r->def.ml_meth = (PyCFunction)replay_call;
   r->def.ml_flags = METH_O;

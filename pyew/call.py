@@ -330,7 +330,10 @@ class Plan:
 
 
 _plans: dict = {}
-NUMBERS = (float, int, bool)      # the Python number types a plan takes, keyed by type
+# The number types a plan takes, keyed by type: Python's (weak, NEP 50) and numpy's scalars of the
+# dtype table (typed: the type fixes the promotion). bfloat16's scalars (ml_dtypes, imported only
+# when a bfloat16 array is met) take the general path.
+NUMBERS = frozenset({float, int, bool} | {d.np.type for d in dt.TABLE if d.name != "bfloat16"})
 _PLANS_MAX = 4096
 
 
@@ -353,7 +356,7 @@ def reuse_last(convert: Callable):
 
 def plan_key(target, args: Sequence, kw: dict | None = None):
     """The key a call's plan is kept under (a DeviceArray by its dtype row and shape, a C-ordered
-    numpy array by its numpy dtype and shape, a Python number by its type), or None for a call
+    numpy array by its numpy dtype and shape, a Python or numpy number by its type), or None for a call
     that is not planned. GPU arrays of other libraries must have been imported (plan_args) first."""
     parts = [id(target)]
     for a in args:
@@ -361,9 +364,9 @@ def plan_key(target, args: Sequence, kw: dict | None = None):
         if t is DeviceArray:
             parts.append(a.info)
             parts.append(a.shape)
-        elif t is float or t is int or t is bool:
+        elif t in NUMBERS:
             parts.append(t)
-        elif t is np.ndarray and a.flags.c_contiguous:
+        elif t is np.ndarray and a.ndim and a.flags.c_contiguous:     # a 0-d one: the general path
             parts.append(a.dtype)
             parts.append(a.shape)
         else:
@@ -425,7 +428,7 @@ def native_replayer(target, arity: int):
         return None
     return ext.replayer(target, arity, _plans, rt.current_if_one_gpu, DeviceArray.new, DeviceArray,
                         interop.replay_readers(), interop.dlpack_dtypes(), library.check, library,
-                        library.LIBEW_LAUNCH)
+                        library.LIBEW_LAUNCH, NUMBERS)
 
 
 def plans() -> dict:

@@ -610,7 +610,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
         return _op_by_op(tree, values, text, out, stream, why)
     prog = program(tree, args, text)
     arrays = [o for o in operands if o.kind != SCALAR]
-    scalars = [o.value.item() if isinstance(o.value, np.generic) else o.value for o in operands if o.kind == SCALAR]
+    scalars = _python_values([o.value for o in operands if o.kind == SCALAR])
     blob = prog.packed(scalars)
     shape = broadcast_shape(arrays, text)
     device = any(o.kind == DEVICE for o in arrays)
@@ -637,12 +637,18 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     return call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
 
 
+def _python_values(values) -> list:
+    """A call's numbers as the general path packs them: numpy scalars as their Python values (the
+    program already has their dtypes)."""
+    return [v.item() if isinstance(v, np.generic) else v for v in values]
+
+
 def _addressed(packed: ctypes.Array) -> tuple[int, ctypes.Array]:
     return ctypes.addressof(packed), packed
 
 
 def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
-    """The plan of a formula's call on GPU arrays and Python numbers: the layout of its
+    """The plan of a formula's call on GPU arrays and numbers (Python's or numpy's): the layout of its
     broadcast (None where every array has the result's shape), the numbers of each call checked
     and packed into the functor's bytes (their address, and the bytes); its native form calls
     ew_jit_map, which declines a launch whose kernel is still to compile (Python compiles it)."""
@@ -651,7 +657,7 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
     ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
-    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
+    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
@@ -682,7 +688,7 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
 
 def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     """The plan of a formula's call on numpy arrays, each of the result's shape, a row or a column
-    of it (transfer.runs_of), and Python numbers: replayed in one shot when it is small
+    of it (transfer.runs_of), and numbers: replayed in one shot when it is small
     (call.replay), in runs of whole rows whose copies up and down overlap; else streamed. The
     kernel converts each array's dtype in registers, so it takes the arrays as they are."""
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
@@ -692,7 +698,7 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     if runs is None:
         return None
     every = all(a == shape for a in shapes)
-    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(values)))
+    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])

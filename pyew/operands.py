@@ -210,9 +210,10 @@ _keeps: dict = {}                    # (dtype row, int or float) -> numpy keeps 
 
 
 def weak_scalar_bits(v, info: dt.DType) -> int | None:
-    """The bits of Python number v as one element of `info`, where an array of `info` with v keeps
-    its dtype (result_dtype's rule: NEP 50, so a float with a float array or an int with any
-    array, except as ml_dtypes' bfloat16 resolves a float) and the conversion is plain; None for
+    """The bits of number v (Python's or a numpy scalar) as one element of `info`, where an array of
+    `info` with v keeps its dtype (result_dtype's rule: NEP 50, so a Python float with a float array
+    or a Python int with any array, except as ml_dtypes' bfloat16 resolves a float; a numpy scalar
+    where its dtype promotes into info's) and the conversion is plain; None for
     anything the general path must decide (promotion, an int out of range or too large to
     convert exactly, a float that overflows float32)."""
     t = type(v)
@@ -241,7 +242,9 @@ def weak_scalar_bits(v, info: dt.DType) -> int | None:
             _half_bits[key] = bits
         return bits
     if t is not int:
-        return None
+        if not (t is bool or issubclass(t, (np.integer, np.bool_))):
+            return None
+        v = int(v)
     width = 8 * info.itemsize
     lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if info.name.startswith("int") else (0, (1 << width) - 1)
     if not lo <= v <= hi:

@@ -612,6 +612,36 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
 
 
 @needs_lib
+def test_numpy_scalars_join_plans_keyed_by_their_type(fakes, rng, monkeypatch):
+    """A numpy scalar is one of a plan's numbers, keyed by its type, which fixes numpy's promotion
+    (NEP 50): with DeviceArrays and with numpy arrays, classified once, each later call with another
+    value right; a type that widens the result (np.float64 with float32) takes the general path each
+    call, with numpy's dtype."""
+    from pyew import call
+    call.plans().clear()
+    classified = []
+    prepare = call.prepare
+    monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
+    a = rng.standard_normal(1003).astype(np.float32)
+    h, i = a.astype(np.float16), np.arange(-500, 503, dtype=np.int32)
+    x, xh, xi = pyew.asarray(a), pyew.asarray(h), pyew.asarray(i)
+    for v in (2.0, -0.5, 3.0):
+        for got, want in ((pyew.mul(x, np.float32(v)), a * np.float32(v)),
+                          (pyew.sub(np.float16(v), xh), np.float16(v) - h),
+                          (pyew.mul(a[:37], np.float32(v)), a[:37] * np.float32(v)),     # one shot
+                          (pyew.add(xi, np.int32(v)), i + np.int32(v)),
+                          (pyew.maximum(x, np.bool_(v > 0)), np.maximum(a, np.bool_(v > 0))),
+                          (pyew.mul(x, np.float64(v)), a * np.float64(v)),
+                          (pyew.add(xi, np.int64(v)), i + np.int64(v))):
+            got = got if isinstance(got, np.ndarray) else got.get()
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+    assert classified.count("sub") == classified.count("maximum") == 1
+    assert classified.count("mul") == 2 + 3 and classified.count("add") == 1 + 3
+    assert {np.float32, np.float16, np.int32, np.bool_} <= {p for k in call.plans() for p in k}
+
+
+@needs_lib
 def test_host_plans_write_a_numpy_out(fakes, rng, monkeypatch):
     """A numpy out= of the result's shape and dtype, C-ordered, takes the host plan's result (in
     place over an input too); one of another dtype, a strided one and one overlapping an input in

@@ -675,6 +675,24 @@ def test_a_zero_d_numpy_operand_is_read_each_call(fakes):
         a += 1
 
 
+def test_numpy_scalars_replay_a_formulas_plan(fakes, monkeypatch):
+    """A numpy scalar operand is a number of the formula's plan, keyed by its type: later calls with
+    other values replay it; another type is another plan, with numpy's promotion."""
+    general = []
+    monkeypatch.setattr(fused, "_run_fused", lambda *a, _f=fused._run_fused: (general.append(1), _f(*a))[1])
+    h = np.arange(4, dtype=np.float32)
+    d = pyew.asarray(h)
+    for k in range(3):
+        got = pyew.evaluate("x * a + 1", {"x": d, "a": np.float32(k)})
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.get(), h * np.float32(k) + 1)
+        np.testing.assert_array_equal(pyew.evaluate("x * a + 1", {"x": h, "a": np.float32(k)}), h * np.float32(k) + 1)
+    assert len(general) == 2                # one for the GPU arrays, one for the numpy ones
+    got = pyew.evaluate("x * a + 1", {"x": d, "a": np.float64(0.5)})
+    assert got.dtype == np.float64 and len(general) == 3
+    np.testing.assert_array_equal(got.get(), h * np.float64(0.5) + 1)
+
+
 def test_a_cached_formula_launches_from_its_plan_as_the_general_launch_does(fakes, monkeypatch):
     """After a formula's first call, run() replays its plan and calls libew's ew_jit_map itself:
     with the same arguments the general launch passes (the operands' pointers read back from the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 
 from pyew import call
@@ -130,7 +131,7 @@ class Setup:
         self.exchange, self.codes = {}, {}
         self.launch = self.launches = object()       # where launches go: the replay runs while it is this one
         self.fn = self.ext.replayer(self.target, arity, self.plans, self.stream_of, self.new, DeviceArray,
-                                    self.exchange, self.codes, self.check, self, self.launches)
+                                    self.exchange, self.codes, self.check, self, self.launches, call.NUMBERS)
 
     def stream_of(self):
         return self.stream if self.on else None
@@ -185,7 +186,10 @@ def test_an_array_last_used_on_another_stream_is_read_on_this_one(probe):
 
 
 @needs_ext
-def test_numbers_come_from_the_plan(probe):
+@pytest.mark.parametrize("number, other", [(0.5, 2), (np.float32(0.5), 0.5), (np.int32(3), np.int64(3))])
+def test_numbers_come_from_the_plan(probe, number, other):
+    """A Python number or a numpy scalar is read as a number, its type in the key; another type
+    has a key of its own, and a 0-d array is no number here."""
     s = Setup(probe, kinds="pppl" + "p" + "pii")
     x = array(s.stream, 0x1000)
     given = []
@@ -193,11 +197,12 @@ def test_numbers_come_from_the_plan(probe):
     def numbers(args, stream):
         given.append((args, stream))
         return (0xC0DE,)
-    s.plan([x, 0.5], [("o", 0), ("a", 0), ("n", 0), ("c", 3), ("c", 0xAB)], numbers=numbers)
-    s.fn((x, 0.5))
-    assert given == [((x, 0.5), s.stream)]
+    s.plan([x, number], [("o", 0), ("a", 0), ("n", 0), ("c", 3), ("c", 0xAB)], numbers=numbers)
+    s.fn((x, number))
+    assert given == [((x, number), s.stream)]
     assert s.seen(8) == [0x5000, 0x1000, 0xC0DE, 3, 0xAB, 7, 132, 2048]
-    assert s.fn((x, 2)) is None                 # an int is another key: no plan made for it
+    assert s.fn((x, other)) is None             # another type is another key: no plan made for it
+    assert s.fn((x, np.array(number))) is None and len(given) == 1
 
 
 @needs_ext
@@ -315,7 +320,8 @@ def test_an_allocation_that_fails_launches_nothing(probe):
     def oom(*a):
         raise MemoryError("out of GPU memory")
     s.new = oom
-    s.fn = s.ext.replayer(s.target, 2, s.plans, s.stream_of, oom, DeviceArray, {}, {}, s.check, s, s.launches)
+    s.fn = s.ext.replayer(s.target, 2, s.plans, s.stream_of, oom, DeviceArray, {}, {}, s.check, s, s.launches,
+                          call.NUMBERS)
     before = probe.calls.value
     with pytest.raises(MemoryError):
         s.fn((x, y))
@@ -445,7 +451,9 @@ def test_native_forms_must_fit_their_entry(probe):
     with pytest.raises(TypeError, match="argument 3 must be a 64-bit integer"):
         ext.native(s.entry, [("o", 0), ("a", 0), ("a", 1), ("c", "3"), ("s", 0), ("d", 0), ("d", 1)], (3,), F32, 3)
     with pytest.raises(TypeError, match="must be dicts"):
-        ext.replayer(s.target, 2, [], s.stream_of, s.new, DeviceArray, {}, {}, s.check, s, s.launches)
+        ext.replayer(s.target, 2, [], s.stream_of, s.new, DeviceArray, {}, {}, s.check, s, s.launches, call.NUMBERS)
+    with pytest.raises(TypeError, match="numbers a frozenset"):
+        ext.replayer(s.target, 2, {}, s.stream_of, s.new, DeviceArray, {}, {}, s.check, s, s.launches, [float])
 
 
 @needs_ext

@@ -150,7 +150,7 @@ class MapOp:
 
     def _host_plan(self, p: call.Prepared, pvals: tuple, wants) -> call.Plan | None:
         """The plan of a call on numpy arrays of the kernel's dtypes, each of the result's shape, a
-        row or a column of it (transfer.runs_of), and Python numbers: replayed in one shot when it
+        row or a column of it (transfer.runs_of), and numbers (call.NUMBERS): replayed in one shot when it
         is small (call.replay), in runs of whole rows whose copies up and down overlap; else
         streamed as now. Arrays alone of the result's shape take the contiguous entry, the others
         the strided one."""
