@@ -903,9 +903,11 @@ class Runs:
 
 def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> Runs | None:
     """The runs of a C-ordered call over `shape` whose operands (numpy shapes that broadcast to it)
-    are each of its shape, a row of it (ones, then its dims from some dim on: a bias) or a column
-    (its dims up to some dim, then ones); None where one broadcasts otherwise. A run's rows are the
-    call's dims from the least dim any row or column starts its dims or ones from."""
+    are each of its shape, a row of it (ones, then from some dim on the call's dims or ones: a bias,
+    a channel bias (C, 1, 1) of an (N, C, H, W) call) or a column (its dims up to some dim, then
+    ones); None where one broadcasts otherwise. A run's rows are the call's dims from the least dim
+    any row or column starts its dims or ones from: a row, read whole by every run, meets each run
+    as it meets the call."""
     nd = len(shape)
     t, scales, own = nd, [], []
     for s in shapes:
@@ -915,15 +917,15 @@ def runs_of(shapes: Sequence[tuple[int, ...]], shape: tuple[int, ...]) -> Runs |
             scales.append(1)
             continue
         lead = next((i for i, d in enumerate(a) if d != 1), nd)
-        if a[lead:] == shape[lead:]:
+        u = next(i for i in range(nd) if a[i] != shape[i])
+        if a[lead:] != shape[lead:] and all(d == 1 for d in a[u:]):     # a column (shorter runs than a row)
+            scales.append(math.prod(shape[u:]))
+            t = min(t, u)
+        elif lead and all(d == 1 or d == e for d, e in zip(a[lead:], shape[lead:])):
             scales.append(0)
             t = min(t, lead)
-            continue
-        u = next(i for i in range(nd) if a[i] != shape[i])
-        if any(d != 1 for d in a[u:]):
+        else:
             return None
-        scales.append(math.prod(shape[u:]))
-        t = min(t, u)
     tail, period = tuple(shape[t:]), math.prod(shape[t:])
     tails = [a[t:] for a in own]
 

@@ -589,10 +589,11 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
             assert runs[0][0] == 0 and runs[-1][1] == n and all(a[1] == b_[0] for a, b_ in zip(runs, runs[1:]))
             assert all(lo % (128 * 1024) == 0 for lo, _ in runs)
     assert sum(1 for r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 6
-    # size-1 operands are rows too, an outer product a column and a row; a middle broadcast, a 0-d
-    # array or n = 0 are not
+    # size-1 operands are rows too, an outer product a column and a row, a channel bias a row; a
+    # middle broadcast of an operand with the result's first dim, a 0-d array or n = 0 are not
     shapes = {((3,), (1,)): 1, ((1, 2, 1), (1,)): 1, ((3,), ()): 3, ((), (6, 2)): 3, ((1, 1), (1, 3)): 1,
-              ((2, 1, 2, 1), (1,)): 1, ((4, 1), (1, 5)): 1, ((16, 32, 100), (32, 1)): 3, ((2, 3, 1, 6), (3, 7, 1)): 3,
+              ((2, 1, 2, 1), (1,)): 1, ((4, 1), (1, 5)): 1, ((4, 8, 10), (8, 1)): 1, ((2, 3, 1, 6), (3, 7, 1)): 3,
+              ((6, 5, 4), (6, 1, 4)): 3, ((2, 5, 3, 7), (5, 1, 7)): 1,
               ((5, 0, 3), (3,)): 3, ((6, 5, 4), (6, 1, 1)): 1, ((6, 5, 4), (6, 5, 1)): 1}
     for (sa, sb), times in shapes.items():
         a, c = (np.asarray(rng.standard_normal(s), np.float32) for s in (sa, sb))

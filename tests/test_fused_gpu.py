@@ -288,8 +288,9 @@ def test_mixed_dtypes_promote_over_the_formula(rng):
 def test_numpy_calls_replay_a_plan(rng, monkeypatch):
     """A formula on numpy arrays, each of the result's shape, a row or a column of it, and Python
     numbers: classified once, then replayed with new numbers and new data, mixed dtypes and a bool
-    result among them; an operand broadcast in a middle dim is classified each call. Each against
-    numpy's float64."""
+    result among them, a channel bias (ones, then the result's dims or ones) too; an operand with
+    the result's first dim broadcast in a middle dim is classified each call. Each against numpy's
+    float64."""
     seen = []
     classify = fused.classify
     monkeypatch.setattr(fused, "classify", lambda *a, **k: seen.append(a[1]) or classify(*a, **k))
@@ -300,19 +301,20 @@ def test_numpy_calls_replay_a_plan(rng, monkeypatch):
     col = rng.uniform(-1, 1, (300, 1)).astype(np.float32)
     x3 = rng.uniform(-3, 3, (4, 300, 129)).astype(np.float32)
     mid = rng.uniform(-1, 1, (1, 300, 1)).astype(np.float32)
+    side = rng.uniform(-1, 1, (4, 1, 129)).astype(np.float32)
     cases = [("gelu(x * w + b)", {}), ("where(x > a, x, a * expm1(h))", {"a": 0.5}), ("x > w", {}),
-             ("h * a + b", {"a": 2}), ("x * col + w", {}), ("x3 * mid", {})]
+             ("h * a + b", {"a": 2}), ("x * col + w", {}), ("x3 * mid", {}), ("x3 * side", {})]
     for expr, numbers in cases:
         seen.clear()
         for k in range(3):
             x[...] = rng.uniform(-3, 3, x.shape)
             nums = {n: v * (k + 1) for n, v in numbers.items()}
-            v = {"x": x, "h": h, "w": w, "b": b, "col": col, "x3": x3, "mid": mid, **nums}
+            v = {"x": x, "h": h, "w": w, "b": b, "col": col, "x3": x3, "mid": mid, "side": side, **nums}
             got = pyew.evaluate(expr, local_dict=v)
             assert isinstance(got, np.ndarray)
             check(got, v, parsed(expr), f"{expr} {nums}")
         names = formula.variables(parsed(expr))
-        assert len(seen) == len(names) * (3 if "mid" in expr else 1), expr
+        assert len(seen) == len(names) * (3 if "side" in expr else 1), expr
 
 
 def test_scalars_are_parameters_not_recompiles(rng):

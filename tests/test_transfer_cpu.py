@@ -880,9 +880,10 @@ def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch)
 def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
     """stream_call's one shot over C-ordered operands of the call's shape (1-d or not): the kernel
     step runs once per part on 1-d runs that cover every element once. With a row (ones, then the
-    call's last dims) the parts are runs of whole rows, each step reading the row whole; with a
-    column (the call's first dims, then ones), its part of the column; an operand broadcast in a
-    middle dim makes one whole step."""
+    call's last dims, or a channel bias: ones, then the call's dims or ones) the parts are runs of
+    whole rows, each step reading the row whole; with a column (the call's first dims, then ones),
+    its part of the column; an operand with the call's first dim broadcast in a middle dim makes
+    one whole step."""
     transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
     rng = np.random.default_rng(6)
     x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
@@ -925,11 +926,18 @@ def test_a_streamed_call_in_one_shot_goes_in_parts(fake, libew, shape):
         assert sum(o[0] for _, o in steps) * period == n
     if nd > 2:
         steps.clear()
-        mid = rng.standard_normal((1, shape[1], 1)).astype(np.float32)
+        mid = rng.standard_normal((1, shape[1], 1)).astype(np.float32)      # a channel bias: a row
         transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(mid, mid.shape)], [out], shape,
                              kernel, S)
         np.testing.assert_array_equal(out, x + mid)
-        assert steps == [((shape, mid.shape), shape)]
+        assert len(steps) == transfer._OVERLAP_PARTS and all(ins[1] == mid.shape for ins, _ in steps)
+        assert sum(o[0] for _, o in steps) == shape[0]
+        steps.clear()
+        skip = rng.standard_normal((shape[0], 1, shape[2])).astype(np.float32)
+        transfer.stream_call([transfer.HostOperand(x, shape), transfer.HostOperand(skip, skip.shape)], [out], shape,
+                             kernel, S)
+        np.testing.assert_array_equal(out, x + skip)
+        assert steps == [((shape, skip.shape), shape)]
 
 
 def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libew, monkeypatch):
@@ -968,3 +976,29 @@ def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libe
     np.testing.assert_array_equal(device_view(d, np.float32, a.shape), a)
     np.testing.assert_array_equal(res, big + 1)
     fake.free(d, S)
+
+
+@pytest.mark.parametrize("shapes, shape, want", [
+    ([(5, 4), (4,)], (5, 4), (4, (1, 0))),                      # a bias: a row read whole by each run
+    ([(2, 3, 4), (3, 1)], (2, 3, 4), (12, (1, 0))),             # a channel bias: the same, runs of 12
+    ([(2, 5, 3, 7), (5, 1, 7), (1,)], (2, 5, 3, 7), (105, (1, 0, 0))),
+    ([(2, 3, 4), (2, 1, 1)], (2, 3, 4), (12, (1, 12))),         # a column: its share of each run
+    ([(1, 5, 1)], (1, 5, 4), (4, (4,))),                        # a column, in shorter runs than a row's
+    ([(6, 1), (1, 5)], (6, 5), (5, (5, 0))),                    # an outer product
+    ([(2, 3, 4), (2, 1, 4)], (2, 3, 4), None),                  # a middle broadcast under the first dim
+    ([(), (6, 2)], (6, 2), (1, (0, 1))),
+])
+def test_runs_of_rows_and_columns(shapes, shape, want):
+    """runs_of: each operand of the call's shape (scale 1), a row (0) or a column (the call's
+    elements per element of its own), and the shapes of any run of whole periods, over which each
+    operand broadcasts as numpy would and holds the elements that run reads."""
+    r = transfer.runs_of(shapes, shape)
+    assert (None if r is None else (r.period, r.scales)) == want
+    if r is None:
+        return
+    n = math.prod(shape)
+    for m in range(r.period, n + 1, r.period):
+        run, own = r.shapes(m)
+        assert math.prod(run) == m and np.broadcast_shapes(run, *own) == run
+        for s, o, k in zip(shapes, own, r.scales):
+            assert math.prod(o) == (m if k == 1 else m // k if k else math.prod(s))

@@ -243,11 +243,13 @@ def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
 @pytest.mark.parametrize("shape,row,col", [((2051, 1024), (1024,), (2051, 1)), ((515, 4096), (1, 4096), (515, 1)),
                                            ((9, 300, 1000), (300, 1000), (9, 1, 1)),
-                                           ((3, 700, 1000), (1, 1, 1000), (3, 700, 1))])
+                                           ((3, 700, 1000), (1, 1, 1000), (3, 700, 1)),
+                                           ((8, 64, 48, 100), (64, 1, 1), (8, 1, 1, 1))])
 def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, col, monkeypatch):
-    """numpy calls with rows (ones, then the result's last dims), columns (its first dims, then
-    ones) and Python numbers, big enough to go in runs of whole rows whose copies up and down
-    overlap (the host plans of map ops, out=, formulas): each result equals the same call made
+    """numpy calls with rows (ones, then the result's last dims, or a channel bias: ones, then the
+    result's dims or ones), columns (its first dims, then ones) and Python numbers, big enough to go
+    in runs of whole rows whose copies up and down overlap (the host plans of map ops, out=,
+    formulas): each result equals the same call made
     whole, element for element, and numpy's, exactly for the exact ops and up to rounding for a
     formula; x a view 1 element off its allocation, results in poisoned pool blocks, a plan
     replayed with other numbers."""
@@ -262,7 +264,7 @@ def test_one_shot_calls_with_rows_and_numbers_in_parts(rng, dtype, shape, row, c
 
     monkeypatch.setattr(transfer, "_parts", counted)
     n, floats = math.prod(shape), dtype != "int32"
-    period = math.prod(row[next(i for i, d in enumerate(row) if d != 1):])
+    period = math.prod(shape[len(shape) - len(row) + next(i for i, d in enumerate(row) if d != 1):])
     ones_from = len(shape) - next(i for i, d in enumerate(reversed(col)) if d != 1)
     col_period = math.prod(shape[ones_from:])
     x = random_array(rng, n + 1, dtype)[1:].reshape(shape)
