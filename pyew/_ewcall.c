@@ -777,16 +777,18 @@ static PyObject* replay_call(PyObject* self, PyObject* args) {
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* a = PyTuple_GetItem(args, i);
     PyTypeObject* t = Py_TYPE(a);
+    int known = 0; /* whether t is in r->numbers (-1: an error) */
     if ((PyObject*)t == r->array_type) {
       kind[i] = ARG_ARRAY;
       if ((parts[nparts++] = PyObject_GetAttr(a, s_info)) == NULL) goto done;
       if ((parts[nparts++] = PyObject_GetAttr(a, s_shape)) == NULL) goto done;
       if (address_of(a, s_ptr, &ptrs[i]) < 0) goto done;
     } else if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type ||
-               PySet_Contains(r->numbers, (PyObject*)t) == 1) {
+               (known = PySet_Contains(r->numbers, (PyObject*)t)) == 1) {
       kind[i] = ARG_NUMBER;
       parts[nparts++] = Py_NewRef((PyObject*)t);
     } else {
+      if (known < 0) goto done; /* a type that cannot be hashed: its error, as the lookups below would */
       PyObject* api = PyDict_GetItemWithError(r->exchange, (PyObject*)t);
       if (api == NULL) {
         if (PyErr_Occurred()) goto done;

@@ -110,7 +110,7 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
                   for i, (p, a) in enumerate(zip(in_ptrs, prog.arrays))]
     scalars = struct.unpack(prog.fmt, blob.raw[:struct.calcsize(prog.fmt)]) if prog.scalars else ()
     env = {a.name: v for a, v in zip(prog.arrays, arrays)}
-    env.update({a.name: (a.pytype(v) if a.info is None else v) for a, v in zip(prog.scalars, scalars)})
+    env.update({a.name: (a.pytype(v) if a.info is None else a.info.np.type(v)) for a, v in zip(prog.scalars, scalars)})
     vocab = prog.vocab              # the ops the program was typed with: a stale program shows
 
     def ev(node):
@@ -118,7 +118,7 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
             return node.value, None
         if isinstance(node, Var):
             v = env[node.name]
-            return (v, dt.lookup(v.dtype)) if isinstance(v, np.ndarray) else (v, None)
+            return (v, dt.lookup(v.dtype)) if isinstance(v, (np.ndarray, np.generic)) else (v, None)
         op = vocab[node.op]
         kids = [ev(a) for a in node.args]
         from pyew.formula import PYTHON_OPS

@@ -688,9 +688,11 @@ def test_numpy_scalars_replay_a_formulas_plan(fakes, monkeypatch):
         np.testing.assert_array_equal(got.get(), h * np.float32(k) + 1)
         np.testing.assert_array_equal(pyew.evaluate("x * a + 1", {"x": h, "a": np.float32(k)}), h * np.float32(k) + 1)
     assert len(general) == 2                # one for the GPU arrays, one for the numpy ones
-    got = pyew.evaluate("x * a + 1", {"x": d, "a": np.float64(0.5)})
-    assert got.dtype == np.float64 and len(general) == 3
-    np.testing.assert_array_equal(got.get(), h * np.float64(0.5) + 1)
+    for k in (0.1, 0.3):        # typed: float32 * np.float64 is float64, 0.1 not rounded to float32
+        got = pyew.evaluate("x * a + 1", {"x": d, "a": np.float64(k)})
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got.get(), h * np.float64(k) + 1)
+    assert len(general) == 3
 
 
 def test_a_cached_formula_launches_from_its_plan_as_the_general_launch_does(fakes, monkeypatch):

@@ -203,6 +203,11 @@ def test_numbers_come_from_the_plan(probe, number, other):
     assert s.seen(8) == [0x5000, 0x1000, 0xC0DE, 3, 0xAB, 7, 132, 2048]
     assert s.fn((x, other)) is None             # another type is another key: no plan made for it
     assert s.fn((x, np.array(number))) is None and len(given) == 1
+    # numbers of types the replayer is not given are left to Python, though a plan has their key
+    s.fn = s.ext.replayer(s.target, 2, s.plans, s.stream_of, s.new, DeviceArray, {}, {}, s.check, s, s.launches,
+                          frozenset())
+    assert (s.fn((x, number)) is None) == (type(number) not in (float, int, bool)) and len(given) == 1 + (
+        type(number) in (float, int, bool))
 
 
 @needs_ext
@@ -468,6 +473,22 @@ def test_a_type_read_some_other_way_is_left_to_python(probe):
     for how in (s.api, (s.api,), (s.api, True, 0), None):     # not a reader, nor an (API, plain) pair
         s.exchange[Tensor] = how
         assert s.fn((Tensor(), x)) is None, how
+
+
+@needs_ext
+def test_an_argument_whose_type_cannot_be_hashed_raises_as_python_would(probe):
+    class Unhashable(type):
+        __hash__ = None
+
+    class Odd(metaclass=Unhashable):
+        pass
+    s = Setup(probe)
+    x = array(s.stream, 0x1000)
+    with pytest.raises(TypeError, match="unhashable"):
+        s.fn((x, Odd()))
+    with pytest.raises(TypeError, match="unhashable"):
+        call.plan_key(s.target, [x, Odd()])
+    assert s.made == []
 
 
 @needs_ext
