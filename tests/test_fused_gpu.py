@@ -56,8 +56,9 @@ def ref_eval(node, values: dict, seen=None):
     arrays = []
     for n, (v, info) in zip(op.inputs, kids):
         want = fixed.get(n, kd)
-        if info is None:       # a weak number takes the op's dtype, as numpy's NEP 50 does
-            v = np.asarray(v).astype(want.np).astype(np.float64 if want.kind == "float" else v.__class__)
+        if info is None:       # a weak number takes the op's dtype, as numpy's NEP 50 does (1e39 is inf in float32)
+            with np.errstate(over="ignore"):
+                v = np.asarray(v).astype(want.np).astype(np.float64 if want.kind == "float" else v.__class__)
         arrays.append(np.asarray(v))
     r = reference.evaluate(op.ref, op.inputs, arrays, params, kd)
     with np.errstate(all="ignore"):
