@@ -625,9 +625,14 @@ def test_numpy_scalars_join_plans_keyed_by_their_type(fakes, rng, monkeypatch):
     monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
     a = rng.standard_normal(1003).astype(np.float32)
     h, i = a.astype(np.float16), np.arange(-500, 503, dtype=np.int32)
-    x, xh, xi = pyew.asarray(a), pyew.asarray(h), pyew.asarray(i)
+    d, j = a.astype(np.float64), i.astype(np.int64)
+    x, xh, xi, xd, xj = pyew.asarray(a), pyew.asarray(h), pyew.asarray(i), pyew.asarray(d), pyew.asarray(j)
     for v in (2.0, -0.5, 3.0):
         for got, want in ((pyew.mul(x, np.float32(v)), a * np.float32(v)),
+                          (pyew.add(x, np.float16(v)), a + np.float16(v)),           # converted exactly
+                          (pyew.div(xd, np.int32(2 * v)), d / np.int32(2 * v)),
+                          (pyew.sub(xj, np.uint32(abs(v))), j - np.uint32(abs(v))),
+                          (pyew.add(xi, np.bool_(v > 0)), i + np.bool_(v > 0)),
                           (pyew.sub(np.float16(v), xh), np.float16(v) - h),
                           (pyew.mul(a[:37], np.float32(v)), a[:37] * np.float32(v)),     # one shot
                           (pyew.add(xi, np.int32(v)), i + np.int32(v)),
@@ -637,8 +642,8 @@ def test_numpy_scalars_join_plans_keyed_by_their_type(fakes, rng, monkeypatch):
             got = got if isinstance(got, np.ndarray) else got.get()
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)
-    assert classified.count("sub") == classified.count("maximum") == 1
-    assert classified.count("mul") == 2 + 3 and classified.count("add") == 1 + 3
+    assert classified.count("sub") == 2 and classified.count("maximum") == classified.count("div") == 1
+    assert classified.count("mul") == 2 + 3 and classified.count("add") == 3 + 3
     assert {np.float32, np.float16, np.int32, np.bool_} <= {p for k in call.plans() for p in k}
 
 
