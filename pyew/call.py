@@ -295,17 +295,22 @@ def unalias_host(operands: Sequence[Operand], out) -> None:
     if not isinstance(out, np.ndarray):
         return
     for o in operands:
-        a = o.value
-        if o.kind == HOST and np.may_share_memory(a, out):
-            same = (a.ctypes.data == out.ctypes.data and a.strides == out.strides and a.shape == out.shape)
-            if not same:
-                o.value = a.copy()
+        if o.kind == HOST and overlaps_host(o.value, out):
+            o.value = o.value.copy()
+
+
+def overlaps_host(a: np.ndarray, out: np.ndarray) -> bool:
+    """A numpy input shares memory with a numpy out= other than exactly (same start, strides and
+    shape, so each element is read before it is written in its place): the host side of
+    array.aliasing's rule."""
+    return np.may_share_memory(a, out) and not (a.ctypes.data == out.ctypes.data and a.strides == out.strides
+                                                and a.shape == out.shape)
 
 
 # ---- plans: a GPU call classified once, replayed for later calls of its kind --------------------------
 
 class Plan:
-    """A call on GPU arrays and Python numbers after classification: the result's shape and dtype,
+    """A call on GPU arrays or numpy arrays, and numbers, after classification: the result's shape and dtype,
     which arguments are arrays and which numbers, and how to launch. Every later call of the same
     key (plan_key: the target, each array's dtype and shape, each number's type, the params)
     replays it without classifying again. Map ops and fused formulas make plans alike.
@@ -494,10 +499,8 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
         if (type(out) is not np.ndarray or out.dtype != plan.out_info.np or out.shape != plan.shape
                 or not out.flags.c_contiguous or not out.flags.writeable):
             return None
-        for a in arrays:
-            if np.may_share_memory(a, out) and not (a.ctypes.data == out.ctypes.data and a.shape == out.shape
-                                                    and a.strides == out.strides):
-                return None
+        if any(overlaps_host(a, out) for a in arrays):
+            return None
     nbytes = plan.n * plan.out_info.itemsize
     for a in arrays:
         nbytes += a.nbytes

@@ -647,20 +647,27 @@ def _addressed(packed: ctypes.Array) -> tuple[int, ctypes.Array]:
     return ctypes.addressof(packed), packed
 
 
+def _plan_numbers(prog: Program, operands):
+    """Where a plan's arrays and numbers sit among the operands, and its numbers(args, stream): each
+    call's numbers checked and packed into the functor's bytes (their address, and the bytes),
+    reused while a call passes the same number objects."""
+    array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
+    numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
+
+    def numbers(args, s):
+        return packed_of([args[i] for i in numbers_at])
+    return array_at, numbers_at, numbers
+
+
 def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
     """The plan of a formula's call on GPU arrays and numbers (Python's or numpy's): the layout of its
     broadcast (None where every array has the result's shape), the numbers of each call checked
     and packed into the functor's bytes (their address, and the bytes); its native form calls
     ew_jit_map, which declines a launch whose kernel is still to compile (Python compiles it)."""
-    array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
-    numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+    array_at, numbers_at, numbers = _plan_numbers(prog, operands)
     ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
-
-    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
-
-    def numbers(args, s):
-        return packed_of([args[i] for i in numbers_at])
 
     n, launch_ptrs, map_, slots_of = math.prod(shape), prog.launch_ptrs, prog.map, prog.slots.get
     # the functor's and the layout's addresses, the same for every launch of the plan, taken once
@@ -691,17 +698,12 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     of it (transfer.runs_of), and numbers: replayed in one shot when it is small
     (call.replay), in runs of whole rows whose copies up and down overlap; else streamed. The
     kernel converts each array's dtype in registers, so it takes the arrays as they are."""
-    array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
-    numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
+    array_at, numbers_at, numbers = _plan_numbers(prog, operands)
     shapes = [operands[i].shape for i in array_at]
     runs = transfer.runs_of(shapes, shape)
     if runs is None:
         return None
     every = all(a == shape for a in shapes)
-    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
-
-    def numbers(args, s):
-        return packed_of([args[i] for i in numbers_at])
 
     def launch(in_ptrs, out_ptrs, s, m, packed):
         run, own = runs.shapes(m)
