@@ -957,8 +957,11 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     if sum(sizes) > _limits.small_bytes:
         return False
     k = len(inputs)
-    # a second stream only where _parts can split the call: small calls, most of them, skip asking
-    split = bool(period and k) and _part_count(max(sizes[:k])) >= 2
+    # a second stream only where _parts can split the call, which it sizes by the inputs of the
+    # outputs' length: small calls, most of them, skip asking
+    n = outputs[0].size if outputs else -1
+    full = [b for i, (v, b) in enumerate(zip(inputs, sizes)) if (scales[i] == 1 if scales else v.size == n)]
+    split = bool(period and full) and _part_count(max(full)) >= 2
     # straight from and to their own memory: page-locked operands, and in a call not split, C-ordered
     # ones of at most _DRIVER_COPY_BYTES, which CUDA's own copy from pageable memory stages faster
     # than a copy into the small buffer does

@@ -437,9 +437,11 @@ def test_error_mid_stream_leaves_inputs_and_frees_scratch(fake):
     assert np.array_equal(out, 2 * x), "the engine works again after an error"
 
 
-def test_keyboard_interrupt_mid_stream(fake):
-    import os
-    import signal
+def test_keyboard_interrupt_mid_stream(fake, monkeypatch):
+    """Ctrl-C reaching the caller while it waits for the workers stops them after their current
+    block, frees what the call holds and leaves the inputs as they were. The interrupt is raised
+    in the caller's wait itself: a real SIGINT can be handled inside a finalizer, where Python drops
+    it, which made this test fail now and then."""
     small_limits(threads=2)
     n = 200_000
     x = np.arange(n, dtype=np.float32)
@@ -448,19 +450,34 @@ def test_keyboard_interrupt_mid_stream(fake):
     ops = [transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))]
     full = []
     transfer.stream_call(ops, [out], (n,), lambda c: (full.append(1), _add_kernel(c)), S)
-    calls, counting = [], threading.Lock()
+    calls, counting, third = [], threading.Lock(), threading.Event()
 
     def slow(chunk):
         with counting:        # the workers count at once: exactly one of them sees the third call
             calls.append(1)
-            third = len(calls) == 3
-        if third:
-            os.kill(os.getpid(), signal.SIGINT)
+            if len(calls) == 3:
+                third.set()
         time.sleep(0.005)
         _add_kernel(chunk)
 
-    with pytest.raises(KeyboardInterrupt):
-        transfer.stream_call(ops, [out], (n,), slow, S)
+    pool = transfer._worker_pool()
+
+    class Interrupted:
+        def submit(self, *args):
+            f = pool.submit(*args)
+            wait = f.result
+
+            def result(timeout=None):
+                if third.is_set():
+                    raise KeyboardInterrupt
+                return wait(timeout)
+            f.result = result
+            return f
+
+    with monkeypatch.context() as m:
+        m.setattr(transfer, "_worker_pool", Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            transfer.stream_call(ops, [out], (n,), slow, S)
     assert np.array_equal(x, keep)
     assert fake.device_bytes() == 0
     assert len(calls) < len(full) / 2, "the workers stopped early"
@@ -737,6 +754,27 @@ def test_a_one_shot_call_goes_whole_where_parts_do_not_apply(fake, libew, monkey
     assert transfer.one_shot([a, b], [res], _add_parts(log), S, period=int(case != "no parts"))
     np.testing.assert_array_equal(res, a + b)
     assert [e for e in log if e[0] != "up"] == [("launch", S, n), ("down", S.cu, res.nbytes)]
+
+
+def test_a_wide_row_does_not_make_parts(fake, libew, monkeypatch):
+    """Parts are sized by the inputs of the outputs' length: a float64 row of 6 MiB over a 3 MiB
+    float32 input (one part's worth) goes whole, and no second stream is made for it."""
+    transfer.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
+    transfer._downs.pop(S.ordinal, None)
+    rng = np.random.default_rng(6)
+    n = 3 * transfer._OVERLAP_PART_BYTES // 8
+    a, row = rng.standard_normal((1, n)).astype(np.float32), rng.standard_normal(n)
+    log = _parts_log(fake, monkeypatch)
+
+    def launch(ins, outs, stream, m):
+        log.append(("launch", stream, m))
+        x, r = device_view(ins[0], np.float32, (m,)), device_view(ins[1], np.float64, (n,))
+        device_view(outs[0], np.float32, (m,))[...] = x + r[:m]
+    res = np.full((1, n), np.nan, np.float32)
+    assert transfer.one_shot([a, row], [res], launch, S, period=n, scales=(1, 0))
+    np.testing.assert_array_equal(res, (a + row).astype(np.float32))
+    assert [e for e in log if e[0] != "up"] == [("launch", S, n), ("down", S.cu, res.nbytes)]
+    assert S.ordinal not in transfer._downs
 
 
 def test_an_error_in_a_later_part_waits_for_both_streams(fake, libew, monkeypatch):
