@@ -80,13 +80,17 @@ def test_float32_power_of_negative_bases_and_near_one(rng):
     """float32 power's own paths: negative bases with integer exponents (the sign of odd ones,
     from 2^24 on every float even), non-integer exponents of negative bases (NaN), bases near 1
     with large exponents (where log x must be accurate relative to itself), results that
-    overflow and underflow into subnormals; subnormal, zero, infinite and NaN operands."""
+    overflow and underflow into subnormals, results in the top binade and near the smallest normal
+    float (where powf hands over to the double form); subnormal, zero, infinite and NaN operands."""
     n = 1 << 16
     cases = [(rng.uniform(-10, 10, n), rng.integers(-40, 41, n).astype(np.float64)),
              (rng.uniform(-10, 10, n), rng.uniform(-40, 40, n)),
              (1 + rng.uniform(-1e-3, 1e-3, n), rng.uniform(-3e4, 3e4, n)),
              (-rng.uniform(1.0, 1.001, n), np.trunc(rng.uniform(-2e7, 2e7, n))),
              (rng.uniform(0.5, 2, n), rng.uniform(-300, 300, n))]
+    for lo, hi in ((126.5, 128.2), (-127.0, -124.0)):            # log2 of the result
+        y = rng.uniform(0.5, 40, n) * rng.choice([-1.0, 1.0], n)
+        cases.append((np.exp2(rng.uniform(lo, hi, n) / y), y))
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 1.0, -1.0, 2.0], np.float32)
     sx, sy = np.meshgrid(special, np.concatenate([special, [3.0, -3.0, 0.5, 2.0]]).astype(np.float32))
     cases.append((sx.ravel(), sy.ravel()))

@@ -55,6 +55,8 @@ def test_device_arrays_and_numbers_replay_in_c(rng, n):
     cases = [
         (pyew.add, (x, y), a.astype(np.float64) + b),
         (pyew.mul, (x, 0.5), a.astype(np.float64) * 0.5),
+        (pyew.mul, (x, np.float32(0.25)), a.astype(np.float64) * 0.25),   # numpy scalars: keyed by type
+        (pyew.add, (x, np.bool_(True)), a.astype(np.float64) + 1),
         (pyew.sigmoid, (x,), 1 / (1 + np.exp(-a.astype(np.float64)))),
         (pyew.add, (m, y), m.get().astype(np.float64) + b),              # a row bias: the strided entry
     ]
@@ -187,6 +189,7 @@ def test_formulas_replay_in_c(rng, n):
     fma = pyew.fuse(lambda x, w, b: x * w + b)
     cases = [
         (fma, (x, y, 0.5), a64 * b64 + 0.5),
+        (fma, (x, np.float32(1.5), np.float16(-2)), a64 * 1.5 - 2),
         (fma, (m, y, x), c.astype(np.float64) * b64 + a64),                  # a broadcast: the strided kernels
         (lambda: pyew.evaluate("exp(x) * y", local_dict={"x": x, "y": y}), (), np.exp(a64) * b64),
     ]
