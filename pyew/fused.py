@@ -178,10 +178,11 @@ class Program:
         sig = ", ".join(f"const {t} a{i}" for i, t in enumerate(in_t))
         body = "".join(f"    {ln}\n" for ln in self.lines)
         includes = "".join(f'#include "fn/{op}.cuh"\n' for op in sorted(self.ops))
-        # libew's headers, the same in every formula, end at the first declaration: NVRTC's
-        # automatic precompiled header (jit.OPTIONS' -pch) covers them, so a process's later
-        # formulas skip parsing them again; the ops' own headers come after.
-        head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\nnamespace ew_jit {}\n'
+        # libew's headers, the same in every formula (the numpy functions that every op's header
+        # includes among them), end at the first declaration: NVRTC's automatic precompiled header
+        # (jit.OPTIONS' -pch) covers them, so a process's later formulas skip parsing them again;
+        # the ops' own headers come after.
+        head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\n#include "ew_numpy.cuh"\nnamespace ew_jit {}\n'
         self.source = (f"// pyew fused formula: {' '.join(text.split())}\n{head}{includes}"
                        f"namespace ew_jit {{\nstruct fn {{\n{params}"
                        f"  __device__ __forceinline__ {self.out.ctype} operator()({sig}) const {{\n{body}"
