@@ -73,6 +73,10 @@ ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "neg": "negati
 REDUCTIONS = {"sum": "np.sum(evaluate(...))", "prod": "np.prod(evaluate(...))",
               "min": "minimum(a, b) elementwise, or np.min(...) of the result",
               "max": "maximum(a, b) elementwise, or np.max(...) of the result"}
+# numexpr's functions of complex numbers and strings, which pyew has no dtypes for
+NOT_NUMBERS = {**dict.fromkeys(("complex", "real", "imag", "conj"), "takes complex numbers in numexpr; pyew has "
+                               "no complex dtype"),
+               "contains": "compares strings in numexpr; pyew's dtypes are numbers and bools"}
 
 
 _SYMBOLS = {2: {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//", "remainder": "%",
@@ -248,6 +252,8 @@ class _Parser:
             if name not in self.callables and name in REDUCTIONS:
                 raise FormulaError(f"{name}() is a reduction in numexpr; formulas are elementwise: use "
                                    f"{REDUCTIONS[name]}{_where(self.expr, node)}")
+            if name not in self.callables and name in NOT_NUMBERS:
+                raise FormulaError(f"{name}() {NOT_NUMBERS[name]}{_where(self.expr, node)}")
             if name not in self.callables:
                 close = difflib.get_close_matches(name, sorted(self.callables), n=4)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -550,6 +550,11 @@ def test_numexpr_mistakes_are_refused_before_anything_runs(vocab):
     for name, use in (("max", "maximum"), ("min", "minimum"), ("sum", "np.sum")):
         with pytest.raises(pyew.FormulaError, match=f"{name}\\(\\) is a reduction in numexpr.*{use}"):
             fused.parse(f"{name}(x, 0)")
+    for name, why in (("complex", "complex dtype"), ("real", "complex dtype"), ("imag", "complex dtype"),
+                      ("conj", "complex dtype"), ("contains", "strings")):
+        with pytest.raises(pyew.FormulaError, match=f"{name}\\(\\) .*{why}") as e:
+            fused.parse(f"{name}(x, y)")
+        assert "in numexpr" in str(e.value)
     assert fused.parse("round(x)")[0].op == "rint"          # numexpr's round: to even
     with pytest.raises(pyew.FormulaError, match="fails: ZeroDivisionError: integer division or modulo by zero"):
         fused.parse("x + 1 // 0")
