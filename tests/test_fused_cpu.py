@@ -3,9 +3,11 @@ the errors raised before anything compiles, NVRTC compiles of the kernels (NVRTC
 and the kernel cache (memory and disk, corrupt entries, unusable folders, concurrent writers)."""
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -530,6 +532,22 @@ def test_the_header_digest_follows_op_headers_into_the_ops_they_include(tmp_path
     (tmp_path / "fn" / "unused.cuh").write_text("// not included\n")
     assert jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",)) == \
         jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",))
+
+
+def test_the_libew_headers_of_op_headers_are_in_the_precompiled_prefix(vocab):
+    """Every libew header an op's device function includes is in the prefix each formula's source
+    starts with: NVRTC's automatic precompiled header covers that prefix only, and a header left
+    out of it would be parsed again by every compile."""
+    f32 = dt.BY_NAME["float32"]
+    source = fused.Program(fused.parse("sigmoid(x) + x")[0], (fused.Arg("x", True, f32),), "t").source
+    head = source.split("namespace ew_jit {}")[0]
+    prefix = set(re.findall(r'^#include "([^"]+)"', head, re.M))
+    included = set()
+    for d in jit.include_dirs():
+        for h in Path(d, "fn").glob("*.cuh"):
+            included.update(i for i in re.findall(r'^#include "([^"]+)"', h.read_text(), re.M)
+                            if not i.startswith("fn/"))
+    assert included and included <= prefix, f"op headers include {sorted(included - prefix)} outside {sorted(prefix)}"
 
 
 def test_numexpr_mistakes_are_refused_before_anything_runs(vocab):
