@@ -806,8 +806,8 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     & | ^: (x > 0) & (y > 0)), & | ^ ~, where(c, a, b), numexpr's functions (exp, log, sqrt,
     sin, arctan2, abs, round, ...) and every map op of the loaded library by name with its params
     as keywords: evaluate("elu(x, alpha=0.5)"). and/or/not, numexpr's reductions (sum, max) and
-    its functions of complex numbers and strings (real, conj, contains) are refused. The first call of a formula compiles its kernel (cached in memory and on disk:
-    python -m pyew cache)."""
+    its functions of complex numbers and strings (real, conj, contains) are refused. The first
+    call of a formula compiles its kernel (cached in memory and on disk: python -m pyew cache)."""
     tree, names = parse(expr)
     values = lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
     return run(tree, values, expr.strip(), out=out, stream=stream, names=names)
