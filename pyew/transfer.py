@@ -421,8 +421,6 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     row (0) goes up whole with the first part and every part reads it whole; a column (k) goes up
     in runs of 1/k of the call's."""
     here = here or [buf is None] * len(ptrs)
-    if period and outs and not scales:
-        scales = [1 if v.size == outs[0].size else 0 for v in ins]
     parts = _parts(ins, outs, down, period, scales)
     offs, off = [], start                 # where each staged operand sits in buf
     for v, direct in zip(ins + outs, here):
@@ -957,10 +955,11 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     if sum(sizes) > _limits.small_bytes:
         return False
     k = len(inputs)
+    if period and outputs and not scales:
+        scales = [1 if v.size == outputs[0].size else 0 for v in inputs]
     # a second stream only where _parts can split the call, which it sizes by the inputs of the
     # outputs' length: small calls, most of them, skip asking
-    n = outputs[0].size if outputs else -1
-    full = [b for i, (v, b) in enumerate(zip(inputs, sizes)) if (scales[i] == 1 if scales else v.size == n)]
+    full = [b for b, e in zip(sizes, scales) if e == 1]
     split = bool(period and full) and _part_count(max(full)) >= 2
     # straight from and to their own memory: page-locked operands, and in a call not split, C-ordered
     # ones of at most _DRIVER_COPY_BYTES, which CUDA's own copy from pageable memory stages faster
