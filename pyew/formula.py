@@ -74,9 +74,14 @@ REDUCTIONS = {"sum": "np.sum(evaluate(...))", "prod": "np.prod(evaluate(...))",
               "min": "minimum(a, b) elementwise, or np.min(...) of the result",
               "max": "maximum(a, b) elementwise, or np.max(...) of the result"}
 # numexpr's functions of complex numbers and strings, which pyew has no dtypes for
-NOT_NUMBERS = {**dict.fromkeys(("complex", "real", "imag", "conj"), "takes complex numbers in numexpr; pyew has "
-                               "no complex dtype"),
-               "contains": "compares strings in numexpr; pyew's dtypes are numbers and bools"}
+_COMPLEX = "takes complex numbers in numexpr; pyew has no complex dtype"
+NOT_NUMBERS = {"complex": "makes complex numbers in numexpr; pyew has no complex dtype: compute the real and "
+                          "imaginary parts as two formulas",
+               "real": f"{_COMPLEX}: of a real array it is the array itself, so leave real() out",
+               "conj": f"{_COMPLEX}: of a real array it is the array itself, so leave conj() out",
+               "imag": f"{_COMPLEX}: of a real array it is 0",
+               "contains": "compares strings in numexpr; pyew's dtypes are numbers and bools: compare on the "
+                           "host with numpy's string functions"}
 
 
 _SYMBOLS = {2: {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//", "remainder": "%",

@@ -568,8 +568,11 @@ def test_numexpr_mistakes_are_refused_before_anything_runs(vocab):
     for name, use in (("max", "maximum"), ("min", "minimum"), ("sum", "np.sum")):
         with pytest.raises(pyew.FormulaError, match=f"{name}\\(\\) is a reduction in numexpr.*{use}"):
             fused.parse(f"{name}(x, 0)")
-    for name, why in (("complex", "complex dtype"), ("real", "complex dtype"), ("imag", "complex dtype"),
-                      ("conj", "complex dtype"), ("contains", "strings")):
+    for name, why in (("complex", "complex dtype: compute the real and imaginary parts"),
+                      ("real", "complex dtype: of a real array it is the array itself, so leave real"),
+                      ("imag", "complex dtype: of a real array it is 0"),
+                      ("conj", "complex dtype: of a real array it is the array itself, so leave conj"),
+                      ("contains", "strings in numexpr; .*: compare on the host")):
         with pytest.raises(pyew.FormulaError, match=f"{name}\\(\\) .*{why}") as e:
             fused.parse(f"{name}(x, y)")
         assert "in numexpr" in str(e.value)
