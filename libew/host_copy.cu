@@ -21,6 +21,10 @@
 #include <signal.h>
 #include <time.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -38,6 +42,39 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// Whether copies store past the caches (ew_host_copy_streaming).
+std::atomic<bool> streaming{true};
+
+// memcpy, with non-temporal stores where the CPU has them. A staging copy's destination is read
+// next by the GPU's DMA, not by a CPU: written through the caches, its lines sit modified in the
+// private caches of the threads that copied them, and the copy up, fetching each from there, ran
+// far slower than from memory (docs/tuning.md). Stores past the caches also skip reading
+// the destination's lines first. The sfence orders the stores before the part is marked done.
+void copy_bytes(char* dst, const char* src, size_t n) {
+#if defined(__x86_64__)
+  if (streaming.load(std::memory_order_relaxed) && n >= 4096) {
+    const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+    std::memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    const size_t body = n & ~size_t(63);
+    for (size_t i = 0; i < body; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + body, src + body, n - body);
+    _mm_sfence();
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
 }
 
 int64_t now_ns() {
@@ -111,7 +148,7 @@ uint32_t copy_parts(Pool& p, uint32_t gen, bool worker) {
     if (!p.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) continue;
     const int64_t at = int64_t(uint32_t(c) - 1) * p.per;
     const int64_t n = p.bytes - at < p.per ? p.bytes - at : p.per;
-    std::memcpy(p.dst + at, p.src + at, size_t(n));
+    copy_bytes(p.dst + at, p.src + at, size_t(n));
     if (worker) p.by_workers.fetch_add(1, std::memory_order_relaxed);
     p.done.fetch_add(1, std::memory_order_acq_rel);
     ++mine;
@@ -195,10 +232,14 @@ EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) 
   Pool& p = *pool();
   const int64_t t = threads < 1 ? 1 : threads > kMaxWorkers + 1 ? kMaxWorkers + 1 : threads;
   int64_t parts = bytes / kMinPart < 4 * t ? bytes / kMinPart : 4 * t;
-  std::unique_lock<std::mutex> lock(p.busy, std::try_to_lock);
   int helpers = int(t < parts ? t : parts) - 1;
-  if (helpers < 1 || !lock.owns_lock() || !ensure_workers(p, helpers)) {
-    std::memcpy(dst, src, size_t(bytes));
+  if (helpers < 1) {                   // alone: the workers stay free for a caller that asks for them
+    copy_bytes(static_cast<char*>(dst), static_cast<const char*>(src), size_t(bytes));
+    return 1;
+  }
+  std::unique_lock<std::mutex> lock(p.busy, std::try_to_lock);
+  if (!lock.owns_lock() || !ensure_workers(p, helpers)) {
+    copy_bytes(static_cast<char*>(dst), static_cast<const char*>(src), size_t(bytes));
     return 1;
   }
   if (helpers > p.started) helpers = p.started;
@@ -233,6 +274,14 @@ EW_API int64_t ew_host_copy_spin_us(int64_t us) {
   Pool& p = *pool();
   const int64_t old = p.spin_ns.load() / 1000;
   if (us >= 0) p.spin_ns.store(us * 1000);
+  return old;
+}
+
+// Whether copies use non-temporal stores (on x86-64; elsewhere they never do): 1 on, 0 off, -1
+// leaves it. Returns the previous setting.
+EW_API int ew_host_copy_streaming(int on) {
+  const bool old = streaming.load();
+  if (on >= 0) streaming.store(on != 0);
   return old;
 }
 

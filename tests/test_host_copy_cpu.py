@@ -61,6 +61,16 @@ def spin(lib):
     f(old)
 
 
+@pytest.fixture(params=[True, False], ids=["streaming stores", "cached stores"])
+def streaming(lib, request):
+    """Copies with non-temporal stores (the default, on x86-64) and with plain ones."""
+    f = lib.cdll.ew_host_copy_streaming
+    f.restype, f.argtypes = ctypes.c_int, [ctypes.c_int]
+    old = f(int(request.param))
+    yield request.param
+    f(old)
+
+
 def _copy_into_middle(lib, nbytes: int, parts: int, rng) -> tuple[int, np.ndarray, np.ndarray]:
     """Copy nbytes of random data into the middle of a poisoned buffer, at odd offsets on both sides."""
     src = rng.integers(0, 256, nbytes + 3, dtype=np.uint8)[3:]
@@ -69,9 +79,10 @@ def _copy_into_middle(lib, nbytes: int, parts: int, rng) -> tuple[int, np.ndarra
     return used, src, dst
 
 
-@pytest.mark.parametrize("nbytes", [1, 4095, 256 * KIB - 1, 512 * KIB, 3 * 1024 * KIB + 13, 9 * 1024 * KIB + 4097])
+@pytest.mark.parametrize("nbytes", [1, 15, 63, 4095, 4096, 4096 + 77, 256 * KIB - 1, 512 * KIB, 3 * 1024 * KIB + 13,
+                                    9 * 1024 * KIB + 4097])
 @pytest.mark.parametrize("parts", [1, 2, 3, 8, 64, 1000])
-def test_copies_every_byte_and_nothing_else(lib, nbytes, parts):
+def test_copies_every_byte_and_nothing_else(lib, streaming, nbytes, parts):
     used, src, dst = _copy_into_middle(lib, nbytes, parts, np.random.default_rng(nbytes + parts))
     np.testing.assert_array_equal(dst[17:17 + nbytes], src)
     assert (dst[:17] == 0xA5).all() and (dst[17 + nbytes:] == 0xA5).all()
@@ -115,6 +126,25 @@ def test_spinning_workers_take_parts(lib, spin):
 def test_spin_setting_round_trips(spin):
     assert spin(1234) >= 0
     assert spin(-1) == 1234
+
+
+def test_streaming_setting_round_trips(lib, streaming):
+    f = lib.cdll.ew_host_copy_streaming
+    assert f(-1) == int(streaming)
+    assert f(int(not streaming)) == int(streaming)
+    assert f(-1) == int(not streaming)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 8, 15])
+def test_every_destination_alignment(lib, streaming, offset):
+    """The stores past the caches need 16-byte aligned addresses: the bytes before the first such
+    address, and after the last whole 64-byte run, are copied apart."""
+    rng = np.random.default_rng(offset)
+    src = rng.integers(0, 256, 600 * KIB + 5, dtype=np.uint8)
+    dst = np.full(src.size + 64, 0xA5, np.uint8)
+    lib.host_copy(dst[offset:].ctypes.data, src.ctypes.data, src.size, 1)
+    np.testing.assert_array_equal(dst[offset:offset + src.size], src)
+    assert (dst[:offset] == 0xA5).all() and (dst[offset + src.size:] == 0xA5).all()
 
 
 def test_threads_copying_at_once(lib):
@@ -180,10 +210,11 @@ def _counting(f, calls):
     return g
 
 
+@pytest.mark.parametrize("threads", [8, 1])
 @pytest.mark.parametrize("case", ["contiguous", "strided", "other dtype", "small"])
-def test_staging_copy_matches_numpy(lib, case, monkeypatch):
-    """transfer's staging copy: split over the workers where it can be, numpy's copy elsewhere;
-    the same values either way."""
+def test_staging_copy_matches_numpy(lib, case, threads, monkeypatch):
+    """transfer's staging copy: libew's where it can be (split over the workers, or on one thread
+    where the host allows one), numpy's copy elsewhere; the same values either way."""
     rng = np.random.default_rng(4)
     src = rng.standard_normal(1 << 19).astype(np.float32)          # 2 MiB
     dst = np.full_like(src, np.nan)
@@ -195,8 +226,9 @@ def test_staging_copy_matches_numpy(lib, case, monkeypatch):
         src, dst = src[:1000], dst[:1000]
     native = []
     monkeypatch.setattr(lib, "host_copy", _counting(lib.cdll.ew_host_copy, native))
-    monkeypatch.setattr(transfer, "_copy_threads", 8)        # as on a host with 8 CPUs or more
+    monkeypatch.setattr(transfer, "_copy_threads", threads)   # as on a host with that many CPUs
     transfer._copy(dst, src)
     np.testing.assert_array_equal(dst, src.astype(dst.dtype))
-    # split over the copy threads only where both sides are one C-ordered run of one dtype, and large
+    # libew's copy only where both sides are one C-ordered run of one dtype, and large
     assert bool(native) == (case == "contiguous")
+    assert all(a[3] == min(threads, transfer.transfer_limits()["threads"]) for a in native)
