@@ -124,6 +124,9 @@ class _Pool:
         try:
             with self.lock:
                 self._drain()
+                same = self.free.get(size)
+                if same:                           # the usual case: a result of a size seen before
+                    return same.pop(), size, True
                 fits = [s for s, blocks in self.free.items() if blocks and size <= s <= 2 * size]
                 if fits:
                     got = min(fits)
@@ -213,13 +216,13 @@ _pool = _Pool()
 
 
 class _Block:
-    """The base of the arrays over one pinned block: the block goes back to its pool when the last
-    is gone."""
+    """The base of the arrays over one pinned block, seen as its first `nbytes` bytes: the block
+    goes back to its pool when the last is gone."""
     __slots__ = ("ptr", "size", "kept", "pool", "__array_interface__")
 
-    def __init__(self, ptr: int, size: int, kept: bool, pool: _Pool):
+    def __init__(self, ptr: int, size: int, kept: bool, pool: _Pool, nbytes: int):
         self.ptr, self.size, self.kept, self.pool = ptr, size, kept, pool
-        self.__array_interface__ = {"data": (ptr, False), "shape": (size,), "typestr": "|u1", "version": 3}
+        self.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self):
         if self.ptr:
@@ -227,11 +230,13 @@ class _Block:
             self.ptr = 0
 
 
-def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
-    try:
-        shape = np.broadcast_shapes(shape)        # numpy's own check: ints, none negative
-    except (TypeError, ValueError) as e:
-        raise type(e)(f"empty_pinned: bad shape {shape!r}: {e}") from None
+def _array(shape, info: dt.DType, keep_only: bool, checked: bool = False) -> np.ndarray | None:
+    """`checked`: shape is a tuple of ints none negative already (a result's, not a user's)."""
+    if not checked:
+        try:
+            shape = np.broadcast_shapes(shape)        # numpy's own check: ints, none negative
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"empty_pinned: bad shape {shape!r}: {e}") from None
     nbytes = math.prod(shape) * info.itemsize
     if nbytes == 0:
         return np.empty(shape, info.np)          # nothing to lock
@@ -239,8 +244,7 @@ def _array(shape, info: dt.DType, keep_only: bool) -> np.ndarray | None:
     ptr, size, kept = pool.take(nbytes, keep_only)
     if not ptr:
         return None
-    block = _Block(ptr, size, kept, pool)
-    return np.asarray(block)[:nbytes].view(info.np).reshape(shape)
+    return np.asarray(_Block(ptr, size, kept, pool, nbytes)).view(info.np).reshape(shape)
 
 
 def empty_pinned(shape, dtype="float32") -> np.ndarray:
@@ -257,9 +261,10 @@ def empty_pinned(shape, dtype="float32") -> np.ndarray:
 
 def pinned_or_empty(shape, dtype) -> np.ndarray:
     """A pinned array from the pool while it has room under its limit, else np.empty (for results
-    pyew hands out in bulk, such as pyew.dask's numpy chunks)."""
+    pyew hands out in bulk, such as pyew.dask's numpy chunks). shape: a tuple of ints, none
+    negative (a result's, so not checked again)."""
     try:
-        got = _array(shape, dt.lookup(dtype), keep_only=True)
+        got = _array(shape, dt.lookup(dtype), keep_only=True, checked=True)
     except CudaError:              # the host refused to lock more memory: pageable will do
         got = None
     return got if got is not None else np.empty(shape, dtype)

@@ -57,6 +57,20 @@ def test_arrays_come_from_the_pool_and_go_back(fake):
     assert e.shape == (0, 3) and not pinned.is_pinned(e)
 
 
+def test_a_free_block_of_the_same_size_serves_before_a_larger_one(fake):
+    n = 1 << 18                                       # 1 MiB of float32: blocks of 1 and 2 MiB
+    big, same = pyew.empty_pinned(2 * n), pyew.empty_pinned(n)
+    big_ptr, same_ptr = big.ctypes.data, same.ctypes.data
+    del big, same
+    a = pinned.for_result((n,), np.float32)
+    assert a.ctypes.data == same_ptr
+    b = pinned.for_result((4, n // 4), np.float32)    # a block up to twice the size serves too
+    assert b.ctypes.data == big_ptr and b.shape == (4, n // 4) and b.nbytes == 4 * n
+    assert pinned.is_pinned(a) and pinned.is_pinned(b)
+    b[...] = 3.0
+    assert (np.asarray(b) == 3.0).all()
+
+
 @pytest.mark.parametrize("shape,dtype,err,match", [
     ((-1,), "float32", ValueError, r"bad shape \(-1,\): negative dimensions are not allowed"),
     (("x",), "float32", TypeError, "bad shape .*cannot be interpreted as an integer"),
