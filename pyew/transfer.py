@@ -996,8 +996,9 @@ _copy_threads = min(_COPY_THREADS, _usable_cpus())     # never more copy threads
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     """np.copyto; a large copy between C-ordered arrays of one dtype goes through libew's copy
     (libew/host_copy.cu), split over its copy workers, which wait spinning between calls (on this
-    thread alone where the limits or the CPUs allow one). libew stores past the CPU's caches, so the copy up of
-    staged bytes reads them from memory, not from the caches of the threads that wrote them."""
+    thread alone where the limits or the host allow one thread). libew stores past the CPU's
+    caches, so the copy up of staged bytes reads them from memory, not from the caches of the
+    threads that wrote them."""
     n = dst.nbytes
     if (n < _SPLIT_COPY_BYTES or dst.dtype != src.dtype or dst.shape != src.shape
             or not (dst.flags.c_contiguous and src.flags.c_contiguous)):
