@@ -230,13 +230,8 @@ class _Block:
             self.ptr = 0
 
 
-def _array(shape, info: dt.DType, keep_only: bool, checked: bool = False) -> np.ndarray | None:
-    """`checked`: shape is a tuple of ints none negative already (a result's, not a user's)."""
-    if not checked:
-        try:
-            shape = np.broadcast_shapes(shape)        # numpy's own check: ints, none negative
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"empty_pinned: bad shape {shape!r}: {e}") from None
+def _array(shape: tuple[int, ...], info: dt.DType, keep_only: bool) -> np.ndarray | None:
+    """An array of a valid shape over a pool block; None when keep_only and the pool is full."""
     nbytes = math.prod(shape) * info.itemsize
     if nbytes == 0:
         return np.empty(shape, info.np)          # nothing to lock
@@ -256,6 +251,10 @@ def empty_pinned(shape, dtype="float32") -> np.ndarray:
     except (KeyError, TypeError):
         raise TypeError(f"empty_pinned: dtype {dtype!r} is not one pyew supports "
                         f"({', '.join(d.name for d in dt.TABLE)})") from None
+    try:
+        shape = np.broadcast_shapes(shape)        # numpy's own check: ints, none negative
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"empty_pinned: bad shape {shape!r}: {e}") from None
     return _array(shape, info, keep_only=False)
 
 
@@ -264,7 +263,7 @@ def pinned_or_empty(shape, dtype) -> np.ndarray:
     pyew hands out in bulk, such as pyew.dask's numpy chunks). shape: a tuple of ints, none
     negative (a result's, so not checked again)."""
     try:
-        got = _array(shape, dt.lookup(dtype), keep_only=True, checked=True)
+        got = _array(shape, dt.lookup(dtype), keep_only=True)
     except CudaError:              # the host refused to lock more memory: pageable will do
         got = None
     return got if got is not None else np.empty(shape, dtype)
