@@ -509,8 +509,8 @@ class DeviceArray:
 
     def __setitem__(self, key, value):
         """d[i] = v and d[a:b] = v (the views of __getitem__): a number or host data, assigned as
-        numpy assigns (its casting, overflow errors and broadcasting), or a GPU array of the view's
-        shape (converted on the GPU; from another GPU copied here first; one overlapping the view
+        numpy assigns (its casting, overflow errors and broadcasting), or a GPU array (converted
+        and broadcast on the GPU; from another GPU copied here first; one overlapping the view
         read before it is written). d[a:b] += 1 has already written in place when Python stores
         the view back: that store is the same memory and does nothing."""
         target = self[key]
@@ -528,12 +528,22 @@ class DeviceArray:
                         value = import_device(value, rt.resolve_stream(None), "__setitem__", "value")
             if type(value) is DeviceArray:
                 if value.shape != target.shape:
-                    raise ValueError(f"could not assign a GPU array of shape {value.shape} to a view of shape "
-                                     f"{target.shape}; give one of that shape (host data broadcasts)")
+                    try:
+                        fits = np.broadcast_shapes(value.shape, target.shape) == target.shape
+                    except ValueError:
+                        fits = False
+                    if not fits:
+                        raise ValueError(f"could not broadcast a GPU array of shape {value.shape} into a view of "
+                                         f"shape {target.shape}")
                 if value.ordinal != target.ordinal:
                     value = value.to_device(target.ordinal)
                 elif aliasing(target, value) != SEPARATE:       # d[1:] = d[:-1]: as numpy, a memmove
                     value = value.copy(s)
+                if value.shape != target.shape:                 # d[:] = d[0]: broadcast on the GPU
+                    if value.info is not target.info:
+                        value = cast(value, target.info, s)
+                    _ufuncs.broadcast_into(target, value, s)
+                    return
                 if value.info is target.info:
                     copy_into(target, value, s)
                 else:
@@ -590,7 +600,9 @@ class DeviceArray:
         return self.reshape(-1, order=order)
 
     def flatten(self, order: str = "C") -> "DeviceArray":
-        """A copy of the array as one dimension, on the same GPU."""
+        """A copy of the array as one dimension, on the same GPU (orders as ravel's)."""
+        if order == "K" or (order == "F" and self.ndim <= 1):
+            order = "C"
         return self.reshape(-1, order=order, copy=True)
 
     def copy(self, stream=None) -> "DeviceArray":
@@ -685,6 +697,13 @@ class DeviceArray:
             return str(host[()])           # numpy prints a 0-d array as its scalar
         with np.printoptions(threshold=threshold):
             return np.array2string(host)
+
+    def __format__(self, spec: str) -> str:
+        """f"{d:.3f}" as numpy: a 0-d array formats as its scalar (copied to the host); other
+        arrays only with an empty spec."""
+        if not self.shape:
+            return format(self.get()[()], spec)
+        return super().__format__(spec)
 
     def _printable(self) -> tuple[np.ndarray, int]:
         """What to print and the threshold to print it with. Where numpy summarises the array (more

@@ -252,10 +252,6 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: 
         if both != oshape:
             raise ValueError(f"{op}: non-broadcastable output operand with shape {oshape} doesn't match the "
                              f"broadcast shape {both}") from None
-        if not isinstance(target, np.ndarray) and oshape != why.shape:
-            raise ValueError(f"{op}: out is {oshape} and the result {why.shape}: pyew writes a GPU out= of the "
-                             "result's shape (numpy would broadcast into it); give the inputs out's shape, or "
-                             "assign the result: out[...] = result") from None
     res = compute()
     if isinstance(target, np.ndarray):
         np.copyto(target, res.get() if isinstance(res, DeviceArray) else res, casting="same_kind")

@@ -43,6 +43,8 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     if isinstance(a, (bool, int, float, complex)):
         if not scalars:
             raise TypeError(f"{op}: {name} must be an array, not a scalar")
+        if type(a) not in _WEAK:          # an IntEnum, a float subclass: numpy types them (int64, float64)
+            return classify(np.asarray(a)[()], op, name, stream)
         return Operand(name, SCALAR, a, None, ())
     if not isinstance(a, np.ndarray):
         d = interop.import_device(a, stream, op, name)
@@ -61,6 +63,9 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
     if a.ndim == 0 and scalars:
         return Operand(name, SCALAR, a[()], _info(a.dtype, op, name), ())
     return Operand(name, HOST, a, _info(a.dtype, op, name), tuple(a.shape))
+
+
+_WEAK = frozenset((bool, int, float, complex))
 
 
 def python_number(v) -> bool:

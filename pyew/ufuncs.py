@@ -189,7 +189,7 @@ def takes(x) -> bool:
         return True
     if getattr(t, "__array_ufunc__", True) is None:
         return False
-    if isinstance(x, (np.ndarray, np.generic, numbers.Number, list, tuple)):
+    if isinstance(x, (np.ndarray, np.generic, numbers.Number, list, tuple, range)):
         return True
     return interop.device_index(x) is not None
 
@@ -198,13 +198,28 @@ def takes(x) -> bool:
 
 def binary(ufunc: str, a, b):
     """a <op> b for DeviceArray a on the left (__add__, and comparisons either way round)."""
-    if ufunc in ("equal", "not_equal") and (b is None or isinstance(b, (str, bytes))):
-        res = array.zeros(a.shape, "bool", device=a.ordinal)       # numpy 2: no element equals it
-        return res if ufunc == "equal" else unary("logical_not", res)
+    if ufunc in ("equal", "not_equal") and _equals_no_element(b):
+        return _no_element_equal(ufunc, a)
     if type(b) not in _PLAIN and not takes(b):
         return NotImplemented
     e = _entries.get(ufunc) or _function(ufunc)
     return e[0](a, b)
+
+
+def _equals_no_element(b) -> bool:
+    """An operand numpy compares as an object that no element equals: None, a string, or a plain
+    object with Python's own equality (not an array or number of any library)."""
+    if b is None or isinstance(b, (str, bytes)):
+        return True
+    t = type(b)
+    return (t.__eq__ is object.__eq__ and not takes(b)
+            and not any(hasattr(t, a) for a in ("__array_ufunc__", "__array__", "__array_interface__",
+                                                 "__cuda_array_interface__", "__dlpack__")))
+
+
+def _no_element_equal(ufunc: str, a):
+    res = array.zeros(a.shape, "bool", device=a.ordinal)       # numpy 2: elementwise, all False
+    return res if ufunc == "equal" else unary("logical_not", res)
 
 
 def power(a, b, in_place: bool = False):
@@ -228,10 +243,32 @@ def power(a, b, in_place: bool = False):
 
 
 def negative_int_power(a, b) -> None:
-    """numpy's error for an integer base to a negative integer exponent (a number; arrays of
-    exponents are not read back to check)."""
-    if a.info.kind == "int" and isinstance(b, (int, np.integer)) and not isinstance(b, (bool, np.bool_)) and b < 0:
-        raise ValueError("Integers to negative integer powers are not allowed.")
+    """numpy's error for an integer (or bool) base to a negative integer exponent, where the
+    exponent is host data: a number, a numpy array or a list. A GPU array of exponents is not read
+    back to check: the op's own rule (1 / x^|y| toward zero) applies there, as its doc says."""
+    if _integral(a) and _integral(b) and not isinstance(b, DeviceArray) and interop.device_index(b) is None:
+        if np.any(np.asarray(b) < 0):
+            raise ValueError("Integers to negative integer powers are not allowed.")
+
+
+def _integral(x) -> bool:
+    """Whether x holds integers or bools (a DeviceArray, another library's GPU array, host data)."""
+    if isinstance(x, DeviceArray):
+        return x.info.kind in ("int", "bool")
+    if isinstance(x, (bool, int, np.integer, np.bool_)):
+        return True
+    if isinstance(x, (float, complex, np.inexact)):
+        return False
+    dtype = getattr(x, "dtype", None)
+    if dtype is None and isinstance(x, (list, tuple, range)):
+        try:
+            dtype = np.asarray(x).dtype
+        except (TypeError, ValueError):
+            return False
+    try:
+        return dtype is not None and np.dtype(dtype).kind in "iub"
+    except TypeError:
+        return False
 
 
 def reflected(ufunc: str, a, b):
@@ -267,10 +304,30 @@ def into(fn: Callable, args: tuple, out):
     return out
 
 
+def broadcast_into(target, value, stream) -> None:
+    """value (a DeviceArray of target's dtype and GPU, not overlapping it) written into target,
+    broadcast to its shape on the GPU: the where op with a true condition, out=target (the only
+    elementwise copy the library has that broadcasts)."""
+    e = _entries.get("where") or _entry("where")
+    if e is None:
+        raise missing("where", f"broadcasting a GPU array of shape {value.shape} into one of shape {target.shape}")
+    e[0](True, value, target, out=target, stream=stream)
+
+
 # ---- numpy's ufuncs on DeviceArrays (NEP 13) ----------------------------------------------------------
 
 # keywords a ufunc call may pass at their default value (each changes nothing then)
 _DEFAULTS = {"where": True, "casting": "same_kind", "order": "K", "dtype": None, "subok": True, "signature": None}
+
+
+def _known(ufunc: np.ufunc) -> bool:
+    """numpy's own ufunc, or scipy.special's (erf, erfc: where scipy is loaded); a ufunc of
+    another library (numba's @vectorize) may share an op's name, not its meaning."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return True
+    special = sys.modules.get("scipy.special")
+    return special is not None and getattr(special, name, None) is ufunc
 
 
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
@@ -283,8 +340,17 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     outs = out if out is not None else ()
     # np.add.at(d, indices, v): the indices are no operand, and the method is refused by name below
     operands = inputs[:1] + inputs[2:] if method == "at" else inputs
+    if name in ("equal", "not_equal") and method == "__call__" and len(inputs) == 2 and not kwargs \
+            and out is None and _known(ufunc):
+        devs = [x for x in inputs if isinstance(x, DeviceArray)]
+        if len(devs) == 1 and _equals_no_element(inputs[1] if inputs[0] is devs[0] else inputs[0]):
+            return _no_element_equal(name, devs[0])
     if not all(takes(x) for x in operands) or not all(x is None or takes(x) for x in outs):
         return NotImplemented           # an operand of another library's: numpy asks it next
+    if not _known(ufunc):
+        raise TypeError(f"ufunc {name!r} is neither numpy's nor scipy.special's, so pyew does not run it on "
+                        f"DeviceArrays (its op of that name may compute something else); call pyew's op "
+                        f"directly, or copy to the host with .get()")
     if method != "__call__":
         raise TypeError(f"numpy's {name}.{method} is not supported on DeviceArrays: pyew's ops are elementwise "
                         f"(np.{name}(...) itself runs on the GPU); copy to the host with .get() for numpy's "
@@ -301,7 +367,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     if len(op.inputs) != ufunc.nin:
         raise TypeError(f"op {op.name} implements numpy's {name} in the loaded library but takes "
                         f"{len(op.inputs)} input(s), and numpy's {name} takes {ufunc.nin}; fix its spec")
-    if name == "power" and isinstance(inputs[0], DeviceArray):
+    if name == "power":
         negative_int_power(inputs[0], inputs[1])
     o = outs[0] if outs else None
     if o is None:

@@ -138,7 +138,10 @@ def test_other_operands_get_their_own_operators():
         pow(d, 2, 3)
     with pytest.raises(TypeError):
         d += object()
-    assert (d == object()) is False and (d != object()) is True   # Python's identity fallback
+    class Equality:
+        def __eq__(self, other):
+            return "its own =="
+    assert (d == Equality()) == "its own =="         # an object with its own equality answers
 
 
 def test_ufuncs_defer_to_other_libraries_operands():
@@ -580,6 +583,10 @@ def test_item_and_slice_assignment(lib):
     z[()] = 4
     np.testing.assert_array_equal(m.get(), [2] * 6)
     assert z.shape == () and float(z) == 4 and m[...].shape == (6,)
+    g = pyew.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    g[:] = g[0]                                      # a GPU array broadcast into the view, as numpy does
+    g[1][1:] = pyew.asarray(np.float64(7))          # a 0-d one of another dtype
+    np.testing.assert_array_equal(g.get(), [[0, 1, 2], [0, 7, 7]])
 
 
 @needs_lib
@@ -587,7 +594,7 @@ def test_bad_assignments_leave_the_array_as_it_was(lib):
     d = pyew.asarray(np.arange(4, dtype=np.float32))
     with pytest.raises(ValueError, match="could not assign"):
         d[1:3] = np.arange(3)
-    with pytest.raises(ValueError, match="of shape"):
+    with pytest.raises(ValueError, match=r"could not broadcast a GPU array of shape \(3,\) into a view of shape \(2"):
         d[1:3] = pyew.asarray(np.arange(3, dtype=np.float32))
     with pytest.raises(TypeError, match="could not assign dict"):
         d[0] = {}
@@ -755,6 +762,48 @@ def test_astype_takes_numpys_arguments(lib):
     with pytest.raises(ValueError, match="order='F' is not supported"):
         d.astype("float64", order="F")
     assert d.ravel("K").shape == (6,) and d[0].ravel("F").shape == (3,)
+    assert d.flatten("K").shape == (6,) and d[0].flatten("F").shape == (3,)
+    np.testing.assert_array_equal(d.flatten("A").get(), np.arange(6))
+    with pytest.raises(ValueError, match="order='F' is not supported"):
+        d.flatten("F")
+
+
+@needs_lib
+def test_format_as_numpy(lib):
+    """f"{d:.3f}" formats a 0-d array as its scalar; other arrays take only an empty spec."""
+    z = pyew.asarray(np.float32(1.5))
+    assert f"{z:.3f}" == "1.500" and format(pyew.asarray(np.int32(7)), "03d") == "007"
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    assert f"{d}" == str(d) == str(np.arange(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{d:.2f}"
+
+
+@needs_lib
+def test_ufuncs_of_other_libraries_are_refused(lib):
+    """A ufunc that is not numpy's (numba's @vectorize may name one relu or gelu) does not run the
+    op of its name: a TypeError names it."""
+    d = pyew.asarray(np.arange(3, dtype=np.float32))
+    from pyew import ufuncs
+    named_relu = type("U", (), {"__name__": "relu", "nin": 1, "nout": 1})()     # as numpy hands it over
+    with pytest.raises(TypeError, match="ufunc 'relu' is neither numpy's nor scipy.special's"):
+        ufuncs.array_ufunc(named_relu, "__call__", (d,), {})
+    with pytest.raises(TypeError, match="neither numpy's"):
+        np.frompyfunc(lambda v: v * 0, 1, 1)(d)
+    np.testing.assert_array_equal(np.negative(d).get(), [0, -1, -2])
+
+
+@needs_lib
+def test_python_number_subclasses_are_typed_as_numpy_types_them(lib):
+    """An IntEnum is an int64 to numpy (not a weak Python int)."""
+    import enum
+
+    class E(enum.IntEnum):
+        A = 3
+    d = pyew.asarray(np.ones(2, np.int32))
+    got = d + E.A
+    assert got.dtype == (np.ones(2, np.int32) + E.A).dtype == np.int64
+    np.testing.assert_array_equal(got.get(), [4, 4])
 
 
 @needs_lib
@@ -774,6 +823,12 @@ def test_comparing_with_a_string_is_elementwise_as_numpy(lib):
     d = pyew.asarray(np.arange(3, dtype=np.float32))
     np.testing.assert_array_equal((d == "a").get(), [False] * 3)
     np.testing.assert_array_equal((d != b"a").get(), [True] * 3)
+    for other in (object(), None):                     # no element equals a plain object, either way round
+        for got in (d == other, other == d, np.equal(d, other), np.equal(other, d)):
+            assert isinstance(got, pyew.DeviceArray)
+            np.testing.assert_array_equal(got.get(), [False] * 3)
+        np.testing.assert_array_equal((d != other).get(), [True] * 3)
+        np.testing.assert_array_equal(np.not_equal(d, other).get(), [True] * 3)
 
 
 @needs_lib
@@ -798,10 +853,22 @@ def test_power_operator_takes_numpys_fast_paths(lib, monkeypatch):
     d **= 2
     np.testing.assert_array_equal(d.get(), x * x)
     i = pyew.asarray(np.arange(1, 4, dtype=np.int32))
-    for bad in (lambda: i ** -1, lambda: np.power(i, -2)):
+    b = pyew.asarray(np.array([True, False]))
+    o = pyew.asarray(np.full(3, 5, np.int64))
+
+    def into_o():
+        i2 = i.copy()
+        i2 **= np.array([1, -1, 1])
+    # exponents on the host are checked, as numpy checks them: numbers, arrays, lists; bool bases
+    for bad in (lambda: i ** -1, lambda: np.power(i, -2), lambda: i ** [-1], lambda: i ** np.array(-1),
+                lambda: b ** -1, lambda: np.power(np.arange(3, dtype=np.int32), -1, out=o), into_o):
         with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
             bad()
+    assert (o.get() == 5).all()
     np.testing.assert_array_equal((i ** 2).get(), [1, 4, 9])
+    np.testing.assert_allclose((i ** [-1.0]).get(), [1, 0.5, 1 / 3])        # a float exponent: float64
+    # a GPU array of exponents is not read back: the op's own rule (1 / x^|y| toward zero)
+    np.testing.assert_array_equal((i ** pyew.asarray(np.array([-1], np.int32))).get(), [1, 0, 0])
 
 
 @needs_lib
@@ -826,8 +893,13 @@ def test_out_as_numpys(lib):
     with pytest.raises(ValueError, match="non-broadcastable output operand"):
         pyew.add(x, 1, out=np.zeros(3, np.float32))
     d = pyew.asarray(x)
-    with pytest.raises(ValueError, match="pyew writes a GPU out= of the result's shape.*out\\[...\\] = result"):
-        pyew.add(d, 1, out=pyew.empty((2, 6), "float32"))
+    gw = pyew.empty((2, 6), "float32")                  # numpy broadcasts into out=, on the GPU too
+    assert pyew.add(d, 1, out=gw) is gw
+    np.testing.assert_array_equal(gw.get(), np.broadcast_to(x + 1, (2, 6)))
+    g3 = pyew.asarray(np.full(3, -1, np.float32))
+    with pytest.raises(ValueError, match="non-broadcastable output operand"):
+        pyew.add(d, 1, out=g3)
+    assert (g3.get() == -1).all()
     g64 = pyew.empty(6, "float64")
     assert pyew.add(d, d, out=g64) is g64
     np.testing.assert_array_equal(g64.get(), x + x)

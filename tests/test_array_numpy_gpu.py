@@ -407,6 +407,17 @@ def test_item_and_slice_assignment(dtype, rng):
     z = pyew.asarray(np.zeros((), info.np))
     z[()] = 5
     assert np.all(d.get() == 3) and z.get() == 5
+    # GPU arrays broadcast into a view, cast first where their dtype differs (a row into the
+    # rows after it, an element into a misaligned tail, another dtype's 0-d array)
+    m = pyew.asarray(host[: 3 * 1000].reshape(3, 1000))
+    want = host[: 3 * 1000].reshape(3, 1000).copy()
+    m[1:] = m[0]
+    want[1:] = want[0]
+    m[0][3:] = m[0][1]
+    want[0][3:] = want[0][1]
+    m[2][1:6] = pyew.asarray(np.float64(-2))
+    want[2][1:6] = -2
+    np.testing.assert_array_equal(m.get(), want)
 
 
 def test_uses_on_two_streams_run_in_queue_order(rng):
@@ -426,6 +437,29 @@ def test_uses_on_two_streams_run_in_queue_order(rng):
         assert got.min() == 9 and got.max() == 9
         back = pyew.mul(z, 2.0)                              # and back on the default stream
         assert np.all(back.get() == 18)
+
+
+@pytest.mark.skipif(not {"add", "where", "gelu"} <= set(TABLE), reason="the library lacks add, where or gelu")
+def test_a_gpu_out_the_result_broadcasts_to(rng):
+    """numpy broadcasts a result into a larger out=, also of another dtype, for an op, a ufunc and a
+    formula; a GPU out it cannot broadcast to is refused with nothing written."""
+    a = rng.uniform(-4, 4, 4099).astype(np.float32)
+    d = pyew.asarray(a)
+    for dtype in ("float32", "float64"):
+        out = poison(pyew.empty((3, 4099), dtype))
+        assert pyew.add(d, 1.5, out=out) is out
+        np.testing.assert_array_equal(out.get(), np.broadcast_to((a + np.float32(1.5)).astype(dtype), (3, 4099)))
+        out = poison(pyew.empty((2, 4099), dtype))
+        assert np.add(d, d[:1], out=out) is out
+        np.testing.assert_array_equal(out.get(), np.broadcast_to((a + a[:1]).astype(dtype), (2, 4099)))
+        out = poison(pyew.empty((2, 4099), dtype))
+        assert pyew.evaluate("gelu(x) + 1", local_dict={"x": d}, out=out) is out
+        want = pyew.evaluate("gelu(x) + 1", local_dict={"x": d}).get()
+        np.testing.assert_array_equal(out.get(), np.broadcast_to(want.astype(dtype), (2, 4099)))
+    narrow = poison(pyew.empty(7, "float32"))
+    with pytest.raises(ValueError, match="non-broadcastable output operand"):
+        pyew.add(d, 1.5, out=narrow)
+    assert np.isnan(narrow.get()).all()
 
 
 def test_numpy_inputs_into_a_gpu_out_of_another_dtype(rng):
