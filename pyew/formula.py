@@ -134,7 +134,10 @@ def text(node) -> str:
     if isinstance(node, Var):
         return node.name
     if isinstance(node, Const):
-        return repr(node.value)
+        v = node.value
+        if isinstance(v, int) and v.bit_length() > _MAX_INT_BITS:     # repr refuses ints past 4300 digits
+            return f"<an int of {v.bit_length()} bits>"
+        return repr(v)
     if node.operator and not node.params:
         if len(node.args) == 2 and node.op in _SYMBOLS[2]:
             return f"({text(node.args[0])} {_SYMBOLS[2][node.op]} {text(node.args[1])})"
@@ -185,8 +188,12 @@ def parse(expr: str, callables) -> Node:
         return _Parser(expr.strip(), frozenset(callables)).visit(tree.body)
     except SyntaxError as e:
         col = (e.offset or 1) - 1
-        raise FormulaError(f"syntax error in formula at column {col + 1}: {e.msg}\n    {expr.strip()}\n    "
-                           f"{' ' * col}^") from None
+        lines = expr.strip().split("\n")
+        at = f"column {col + 1}"
+        if len(lines) > 1 and e.lineno and 1 <= e.lineno <= len(lines):      # the caret under its own line
+            at = f"line {e.lineno}, {at}"
+            lines = [lines[e.lineno - 1]]
+        raise FormulaError(f"syntax error in formula at {at}: {e.msg}\n    {lines[0]}\n    {' ' * col}^") from None
     except (RecursionError, MemoryError):
         raise FormulaError(f"formula nests too deeply to parse ({len(expr)} characters); split it into "
                            "smaller formulas") from None
@@ -308,7 +315,7 @@ def fold(op, a, b, refuse) -> Const:
     (2 ** 40 is a Python int, weakly typed, before it meets an array). refuse(why) raises."""
     try:
         v = PYTHON_OPS[BINARY[type(op)]](a, b)
-    except (ArithmeticError, TypeError, ValueError) as e:
+    except (ArithmeticError, TypeError, ValueError, MemoryError) as e:
         refuse(f"{type(e).__name__}: {e}")
     return _folded(v, refuse)
 
@@ -328,12 +335,33 @@ def _folded(v, refuse) -> Const:
     return Const(v)
 
 
+_MAX_INT_BITS = 4096    # far past any dtype (float64 overflows at 1024 bits)
+
+
+def _too_wide(bits: int) -> OverflowError:
+    return OverflowError(f"the result is an int of about {bits} bits, more than any dtype holds")
+
+
+def _pow(a, b):
+    """Python's a ** b, refusing an int result too wide for any dtype before computing it (9 ** 9
+    ** 9 would take minutes and gigabytes)."""
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and (a.bit_length() - 1) * b > _MAX_INT_BITS:
+        raise _too_wide((a.bit_length() - 1) * b)
+    return operator.pow(a, b)
+
+
+def _lshift(a, b):
+    if isinstance(a, int) and isinstance(b, int) and a and b > _MAX_INT_BITS:
+        raise _too_wide(a.bit_length() + b)
+    return operator.lshift(a, b)
+
+
 # Python's arithmetic of the operators, by the ufunc name the tree gives each: what a formula's
 # operators compute on Python numbers alone (fused.py evaluates such parts on the host).
 PYTHON_OPS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "divide": operator.truediv,
               "true_divide": operator.truediv, "floor_divide": operator.floordiv, "remainder": operator.mod,
-              "power": operator.pow, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
-              "bitwise_xor": operator.xor, "left_shift": operator.lshift, "right_shift": operator.rshift,
+              "power": _pow, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
+              "bitwise_xor": operator.xor, "left_shift": _lshift, "right_shift": operator.rshift,
               "negative": operator.neg, "positive": operator.pos, "invert": operator.invert,
               "logical_not": operator.not_, "logical_and": lambda a, b: bool(a and b), "less": operator.lt,
               "less_equal": operator.le, "greater": operator.gt, "greater_equal": operator.ge, "equal": operator.eq,

@@ -23,6 +23,7 @@ import sys
 import threading
 import types
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,6 +165,7 @@ class Program:
         self.given = len(self.scalars)      # the call's numbers; parts computed from them follow (derived)
         self.derived: list[Call] = []
         self._typed: dict[int, tuple] = {}   # id(node) -> (node, its value): a node used twice is typed once
+        self._weak_known: dict[int, bool] = {}    # id(node) -> _weak_only's answer (the tree holds the nodes)
         self._tmp = 0
         info, expr = self._node(tree, root=True)
         if info is None or isinstance(expr, tuple):
@@ -183,7 +185,9 @@ class Program:
         # (jit.OPTIONS' -pch) covers them, so a process's later formulas skip parsing them again;
         # the ops' own headers come after.
         head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\n#include "ew_numpy.cuh"\nnamespace ew_jit {}\n'
-        self.source = (f"// pyew fused formula: {' '.join(text.split())}\n{head}{includes}"
+        # the tree written back, not the caller's text: no comment of theirs, no line continuation
+        # a trailing backslash would make of the next line, one kernel for one formula however spaced
+        self.source = (f"// pyew fused formula: {formula.text(tree)}\n{head}{includes}"
                        f"namespace ew_jit {{\nstruct fn {{\n{params}"
                        f"  __device__ __forceinline__ {self.out.ctype} operator()({sig}) const {{\n{body}"
                        f"    return ::ew::convert<{self.out.ctype}>({expr});\n  }}\n}};\n}}  // namespace ew_jit\n")
@@ -299,13 +303,18 @@ class Program:
         return self.pack(values)
 
     def _weak_only(self, n) -> bool:
-        """Whether n is Python's operators over Python numbers alone (the call's and the formula's)."""
+        """Whether n is Python's operators over Python numbers alone (the call's and the formula's);
+        known once per node, as _node asks it of every node on the way down."""
         if isinstance(n, Const):
             return n.dtype is None
         if isinstance(n, Var):
             a = self._by_name[n.name]
             return not a.array and a.info is None
-        return n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(self._weak_only, n.args))
+        hit = self._weak_known.get(id(n))
+        if hit is None:
+            hit = n.operator and n.op in formula.PYTHON_OPS and not n.params and all(map(self._weak_only, n.args))
+            self._weak_known[id(n)] = hit
+        return hit
 
     def _call(self, n: Call, root: bool):
         if self._weak_only(n):
@@ -750,14 +759,13 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
     r = ev(tree)
     if not isinstance(r, DeviceArray):
         raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
-    if host:
-        if out is not None:
-            r.get(out=out)
-            return out
-        return r.get()
-    if out is not None:
-        return table[vocab["positive"].name](r, out=out)
-    return r
+    if out is None:
+        return r.get() if host else r
+    if (type(out) is np.ndarray and out.dtype == r.dtype and out.shape == r.shape and out.flags.c_contiguous
+            and out.flags.writeable):
+        return r.get(out=out)
+    # another dtype or a shape the result broadcasts to: written as numpy's out= is, as the fused path does
+    return call.write_out(out, call.OutMismatch("", r.info, r.shape), lambda: r, text, stream, f"formula {text!r}")
 
 
 # ---- the public functions -------------------------------------------------------------------------
@@ -868,11 +876,20 @@ class Fused:
                 raise TypeError(f"pyew.fuse: {self.fn.__name__} must return a value computed from its arguments, "
                                 f"not {type(r).__name__}")
             tree = r.node
-            traced = self.trees[key] = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
+            try:
+                traced = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
+            except RecursionError:
+                traced = None
+            if traced is None:
+                raise _too_deep(self.fn)
+            self.trees[key] = traced
             break
         tree, used, text = traced
         values = leaves if len(used) == len(leaves) else {k: leaves[k] for k in used}
-        return run(tree, values, text, out=out, stream=stream, names=used)
+        try:
+            return run(tree, values, text, out=out, stream=stream, names=used)
+        except RecursionError:
+            raise _too_deep(self.fn) from None
 
 
 def _leaves(sig: inspect.Signature, arguments) -> dict:
@@ -905,6 +922,11 @@ def _rebuilt(sig: inspect.Signature, arguments, leaves: dict, positional: bool):
         else:
             kw[name] = leaves[name]
     return args if positional else kw
+
+
+def _too_deep(fn) -> FormulaError:
+    return FormulaError(f"pyew.fuse: {fn.__name__} builds a formula nested too deeply to compile (a loop of many "
+                        "steps, each on the last one's result); fuse fewer steps per function, calling it in turn")
 
 
 _TREES_MAX = 1024       # traces kept per fused function (a param swept over many values)
@@ -961,7 +983,24 @@ def _kind_of(name: str, v):
         raise TypeError(f"pyew.fuse: argument {name!r} is a {type(v).__name__}, neither an array nor a number; "
                         "such arguments select what is traced, by their value, and must be hashable (for a "
                         "method, a class with __hash__: a frozen dataclass, or eq=False)") from None
+    if t.__hash__ is object.__hash__:
+        return _instance_key(v)
     return _value_key(v)
+
+
+def _instance_key(v):
+    """The trace key of an object hashed by identity (a method's self): the object, held weakly
+    where it can be, and its own attributes (numbers, strings and flags by value, anything else
+    by identity), which a trace may have read: setting one traces again. State deeper than its
+    own attributes is read once, when traced."""
+    state = getattr(v, "__dict__", None)
+    snap = tuple([(k, _value_key(x) if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic))
+                   else ("id", id(x))) for k, x in state.items()]) if state else ()
+    try:
+        ref = weakref.ref(v)
+    except TypeError:
+        ref = v
+    return ("instance", ref, snap)
 
 
 def fuse(fn=None):

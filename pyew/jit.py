@@ -11,7 +11,7 @@ ops' device functions), the GPU architecture, NVRTC's version, the CUDA headers 
 An entry that does not read back as pyew's (a corrupt or truncated file) is compiled again; two
 processes compiling one kernel at once both succeed, and one of the two identical entries stays.
 
-A kernel read from the disk cache neither loads NVRTC nor imports cuda.core: NVRTC's version and
+A kernel read from the disk cache neither loads NVRTC nor looks up the CUDA headers: NVRTC's version and
 the CUDA headers' folder are remembered in the cache folder (a file `toolchain-<environment>` for
 each Python environment and CUDA_HOME), checked against the NVRTC library's and cuda_fp16.h's size
 and time, and only found again when either changed.
@@ -52,8 +52,8 @@ _nvrtc_why: str | None = None
 
 
 def nvrtc():
-    """cuda.bindings' NVRTC module, or Unavailable saying why not. NVRTC comes from the CUDA
-    toolkit when one is found, else from NVIDIA's nvidia-cuda-nvrtc wheel (cuda-pathfinder's
+    """cuda.bindings' NVRTC module, or Unavailable saying why not. NVRTC comes from NVIDIA's
+    nvidia-cuda-nvrtc wheel when it is installed, else from the CUDA toolkit (cuda-pathfinder's
     search order)."""
     global _nvrtc, _nvrtc_why
     if _nvrtc is None and _nvrtc_why is None:
@@ -244,7 +244,7 @@ class _Store:
 
     def __setitem__(self, key: str, blob: bytes) -> None:
         folder = self.path / key[:2]
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)       # the cache folder too, if it was removed meanwhile
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -257,32 +257,50 @@ class _Store:
 
 class _Disk:
     """The disk half of the cache when its folder is usable, else nothing (with one warning saying
-    why)."""
+    why). A folder that can be read but not written (a cache made ahead, in an image or shared by
+    a site) still serves the kernels it holds; new ones are then compiled in each process."""
 
     def __init__(self):
         self.store = None
+        self.writable = False
         self.warned = False
         self.path: Path | None = None
 
     def get(self):
+        """The store to read, or None."""
         path = cache_dir()
         if self.path != path:
-            self.path, self.store = path, None
+            self.path, self.store, self.writable = path, None, False
             try:
-                path.mkdir(parents=True, exist_ok=True)
-                if not os.access(path, os.W_OK):
-                    raise PermissionError(f"{path} is not writable")
+                if not path.is_dir():
+                    path.mkdir(parents=True, exist_ok=True)
+                if not os.access(path, os.R_OK | os.X_OK):
+                    raise PermissionError(f"{path} is not readable")
                 self.store = _Store(path)
+                self.writable = os.access(path, os.W_OK)
+                if not self.writable:
+                    self.warn(PermissionError(f"{path} is not writable; the kernels it holds are read"))
             except Exception as e:
                 self.disable(e)
         return self.store
 
+    def writer(self):
+        """The store to write, or None."""
+        return self.store if self.get() is not None and self.writable else None
+
     def disable(self, e: Exception) -> None:
-        self.store = None
+        self.store, self.writable = None, False
+        self.warn(e)
+
+    def read_only(self, e: Exception) -> None:
+        self.writable = False
+        self.warn(e)
+
+    def warn(self, e: Exception) -> None:
         if not self.warned:
             self.warned = True
             warnings.warn(f"pyew: kernels of formulas are not cached on disk ({type(e).__name__}: {e}); each process "
-                          "compiles them again. Set PYEW_CACHE_DIR to a writable folder.", RuntimeWarning, stacklevel=4)
+                          "compiles them again. Set PYEW_CACHE_DIR to a writable folder.", RuntimeWarning, stacklevel=5)
 
 
 def _stamp(path: str) -> str:
@@ -320,7 +338,7 @@ def toolchain() -> dict:
         found = True
     if str(record) not in _recorded:
         _recorded.add(str(record))
-        if t["nvrtc"] and (found or not record.exists()) and _disk.get() is not None:
+        if t["nvrtc"] and (found or not record.exists()) and _disk.writer() is not None:
             try:
                 fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".tmp-")
                 with os.fdopen(fd, "w") as f:
@@ -414,12 +432,12 @@ def cubin(source: str, name_expression: str, arch: str, formula: str) -> tuple[s
         if entry is None:
             entry = compile_cubin(source, name_expression, arch, include, formula)
             STATS["compiled"] += 1
-            store = _disk.get()
+            store = _disk.writer()
             if store is not None:
                 try:
                     store[key] = _pack(*entry)
                 except Exception as e:
-                    _disk.disable(e)
+                    _disk.read_only(e)
         _memory[key] = entry
         return (key, *entry)
 

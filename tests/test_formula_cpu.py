@@ -63,9 +63,14 @@ def test_syntax_error_points_at_the_column():
     with pytest.raises(FormulaError) as e:
         parse("x * (w + ")
     assert "column" in str(e.value) and "^" in str(e.value)
+    assert str(e.value).splitlines()[1:] == ["    x * (w +", "        ^"]
     with pytest.raises(FormulaError) as e:       # the caret counts characters, not UTF-8 bytes
         parse("é + x.real")
     assert str(e.value).splitlines()[2] == "    " + " " * 4 + "^"
+    with pytest.raises(FormulaError) as e:       # over lines: the caret under the error's own line
+        parse("(a +\n  bé * +* c)")
+    assert str(e.value).splitlines() == ["syntax error in formula at line 2, column 9: invalid syntax",
+                                         "      bé * +* c)", "            ^"]
 
 
 def test_deep_nesting_is_a_formula_error():
@@ -125,3 +130,18 @@ def test_tracing_refuses_what_it_cannot_follow():
 def test_text_round_trips():
     t = parse("elu(x * 2, alpha=0.5) + y")
     assert parse(formula.text(t)) == t
+
+
+def test_numbers_too_wide_for_any_dtype_are_refused_before_computing_them():
+    """9 ** 9 ** 9 would take Python minutes and gigabytes: an int past any dtype is refused first."""
+    import time
+    t = time.perf_counter()
+    for text in ("x + 9 ** 9 ** 9", "x + (1 << 2 ** 33)", "x * 10 ** 5000"):
+        with pytest.raises(FormulaError, match="an int of about \\d+ bits, more than any dtype holds"):
+            parse(text)
+    assert time.perf_counter() - t < 5
+    assert parse("x + 2 ** 100") == Op("add", Var("x"), Const(2 ** 100))       # wide, but a float64 holds it
+    assert formula.text(Const(1 << 5000)) == "<an int of 5001 bits>"
+    assert formula.python_value(Op("power", Var("a"), Const(2)), {"a": 3}) == 9
+    with pytest.raises(OverflowError, match="more than any dtype holds"):     # a call's numbers likewise
+        formula.python_value(Op("power", Var("a"), Var("b")), {"a": 10, "b": 10 ** 6})

@@ -2,6 +2,7 @@
 the errors raised before anything compiles, NVRTC compiles of the kernels (NVRTC needs no GPU)
 and the kernel cache (memory and disk, corrupt entries, unusable folders, concurrent writers)."""
 import dataclasses
+import gc
 import os
 import re
 import subprocess
@@ -32,6 +33,33 @@ def typed(expr, **kinds):
     args = tuple(fused.Arg(n, False, None, kinds[n]) if isinstance(kinds[n], type)
                  else fused.Arg(n, True, dt.BY_NAME[kinds[n]]) for n in names)
     return fused.Program(tree, args, expr)
+
+
+def test_the_source_comment_is_the_formula_written_back(vocab):
+    """The kernel's first line names the formula as its tree reads: a caller's comment ending in a
+    backslash does not swallow the next line, and spacing does not make another kernel."""
+    a = typed("x * 2  # scale \\", x="float32")
+    b = typed("x*2", x="float32")
+    assert a.source.splitlines()[0] == "// pyew fused formula: (x * 2)" and a.source == b.source
+    assert "\\\n" not in a.source
+
+
+def test_deep_traces_are_a_formula_error(fakes):
+    """A fused loop of many steps, each on the last one's result, nests past Python's recursion:
+    a FormulaError that says what to do, not a RecursionError."""
+    steps = 3000
+
+    @pyew.fuse
+    def horner(x):
+        y = x
+        for _ in range(steps):
+            y = y * 0.5 + x
+        return y
+    d = pyew.asarray(np.ones(4, np.float32))
+    with pytest.raises(pyew.FormulaError, match="nested too deeply to compile.*fuse fewer steps"):
+        horner(d)
+    steps = 60                         # a shorter one runs (traced again: the failed trace was not kept)
+    np.testing.assert_allclose(horner(d).get(), horner.__wrapped__(np.ones(4, np.float32)), rtol=1e-6)
 
 
 def needs(vocab, *ops):
@@ -424,6 +452,26 @@ def test_unusable_cache_folder_warns_once(tmp_path, nvrtc_ok):
     assert len([w for w in r["warnings"] if "not cached on disk" in w]) == 1
 
 
+def test_a_cache_folder_that_cannot_be_written_is_still_read(tmp_path, nvrtc_ok):
+    """A cache made ahead (an image, a site's shared folder) serves its kernels to a process that
+    may not write there; a new formula is compiled, not written, and one warning says so."""
+    run_script(tmp_path)
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    read_only = ("import os\n_real = os.access\n"
+                 "os.access = lambda p, m, *a, **k: False if m & os.W_OK else _real(p, m, *a, **k)\n")
+    env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    import json
+    for k, hit in ((0.25, True), (0.5, False)):
+        r = subprocess.run([sys.executable, "-c", read_only + SCRIPT.format(k=k)], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert (got["disk"], got["compiled"]) == ((1, 0) if hit else (0, 1)) and got["elf"]
+        assert [w for w in got["warnings"] if "not cached on disk" in w and "not writable" in w] == got["warnings"]
+        assert len(got["warnings"]) == 1
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == files
+
+
 def test_cache_command_shows_and_clears(tmp_path, nvrtc_ok):
     run_script(tmp_path)
     env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
@@ -473,6 +521,20 @@ def test_without_nvrtc_formulas_run_op_by_op_and_say_why_once(fakes, monkeypatch
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, pyew.gelu(pyew.add(pyew.mul(x, w), 1)))
     np.testing.assert_array_equal(again, pyew.sub(pyew.sigmoid(x), w))
+    # out= as numpy's there too: exact, another dtype, a shape the result broadcasts to, on the
+    # host and on the GPU; a refused cast writes nothing
+    want = np.asarray(pyew.sub(pyew.sigmoid(x), w))
+    o32, o64, wide = np.empty(300, np.float32), np.empty(300, np.float64), np.empty((2, 300), np.float32)
+    for o in (o32, o64, wide):
+        assert pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w}, out=o) is o
+        np.testing.assert_array_equal(o, np.broadcast_to(want, o.shape).astype(o.dtype))
+    g = pyew.asarray(np.zeros((2, 300), np.float64))
+    assert pyew.evaluate("sigmoid(x) - w", local_dict={"x": pyew.asarray(x), "w": w}, out=g) is g
+    np.testing.assert_array_equal(g.get(), np.broadcast_to(want, (2, 300)))
+    oi = np.full(300, 7, np.int32)
+    with pytest.raises(TypeError, match="Cannot cast formula 'sigmoid\\(x\\) - w' output"):
+        pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w}, out=oi)
+    assert (oi == 7).all()
 
 
 def test_nvrtc_lost_after_its_record_falls_back_op_by_op(fakes, monkeypatch, rng):
@@ -528,10 +590,11 @@ def test_the_header_digest_follows_op_headers_into_the_ops_they_include(tmp_path
     (tmp_path / "fn" / "relu.cuh").write_text("// relu v1\n")
     before = jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",))
     (tmp_path / "fn" / "relu.cuh").write_text("// relu, second version\n")
-    assert jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",)) != before
-    (tmp_path / "fn" / "unused.cuh").write_text("// not included\n")
-    assert jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",)) == \
-        jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",))
+    changed = jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",))
+    assert changed != before
+    (tmp_path / "fn" / "unused.cuh").write_text("// not included\n")     # a header no kernel includes
+    jit._digests.clear()
+    assert jit.headers_digest((str(tmp_path),), ("fn/add_relu.cuh",)) == changed
 
 
 def test_the_libew_headers_of_op_headers_are_in_the_precompiled_prefix(vocab):
@@ -640,10 +703,26 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
     np.testing.assert_array_equal(maybe(d, training=False).get(), a)
 
     class Layer:
+        k = 2.0
+
         @pyew.fuse
         def twice(self, x):
             return x * 2
+
+        @pyew.fuse
+        def times(self, x):
+            return x * self.k
     np.testing.assert_array_equal(Layer().twice(d).get(), a * 2)
+    layer = Layer()
+    np.testing.assert_array_equal(layer.times(d).get(), a * 2)
+    layer.k = 3.0                  # an attribute the trace read, set: traced again, not a stale kernel
+    np.testing.assert_array_equal(layer.times(d).get(), a * 3)
+    layer.k = 2.0
+    np.testing.assert_array_equal(layer.times(d).get(), a * 2)
+    assert len(Layer.times.trees) == 3          # k of the class; 3.0 and 2.0 of the instance
+    del layer                                   # traces hold an instance weakly
+    gc.collect()
+    assert all(dict(key)["self"][1]() is None for key in Layer.times.trees)
 
     @pyew.fuse
     def many(*xs, **kw):
