@@ -43,9 +43,9 @@ struct Tuning {
 //    Copy-like ops run at the copy ceiling with it, above OneFlow's capped grid-stride shape; a
 //    heavy op runs well below it: each thread's only load has nothing to overlap with.
 //  * ComputeBoundTuning: two packs per thread from a 2 x 128-pack tile, no grid cap: each thread
-//    has two loads in flight. A grid capped at 32 waves (OneFlow's loop) cost every op 1-2% on the
+//    has two loads in flight. A grid capped at 32 waves (OneFlow's loop) cost every op a little on the
 //    H100 and the lighter function-calling ops as much on the H200; it helps only the heaviest float32
-//    ops on the H200 under its power cap (about 3%), which stay compute-bound in either shape there.
+//    ops on the H200 under its power cap (docs/tuning.md), which stay compute-bound in either shape there.
 //    An op with a few fast approximations per element (a sigmoid) runs faster in the memory shape
 //    on both GPUs: its spec says `tuning = "memory"`.
 using MemoryBoundTuning = Tuning<256, 1, 0, true, 0>;
@@ -94,8 +94,8 @@ inline bool sm_limits(SmLimits& out) {
 // Dynamic shared memory (unused by the kernel) that lets at most l.threads_per_sm / block blocks
 // reside on a multiprocessor, where the caller asks for fewer threads than the hardware holds;
 // 0 otherwise. A streaming kernel at full occupancy can keep more reads in flight than the DRAM
-// serves best: on some GPUs the contiguous map kernels run faster with fewer (benchmarks/RESULTS.md,
-// "Resident threads per SM"); the broadcast kernels, whose index math has more latency to hide,
+// serves best: on some GPUs the contiguous map kernels run faster with fewer (docs/tuning.md,
+// "Occupancy caps"); the broadcast kernels, whose index math has more latency to hide,
 // ran slower there and keep full occupancy. Capped at the 48 KiB a launch gets without opting in,
 // so very low budgets cap less.
 inline int resident_cap_smem(const Launch& l, int block) {
@@ -388,7 +388,7 @@ __device__ __forceinline__ void compute_store_masked(const F& f, Out* out, Index
 // griddepcontrol.wait returns once the previous grid has completed and its writes are visible (at
 // once when there is no such dependency). The kernels do not signal their dependents early
 // (griddepcontrol.launch_dependents): that slowed the one-input kernels of misaligned views even
-// when nothing waited on them, and gained nothing (benchmarks/RESULTS.md, "Back-to-back launches").
+// when nothing waited on them, and gained nothing (docs/tuning.md, "PDL and back-to-back calls").
 
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -544,9 +544,9 @@ map_shifted_kernel(F f, Index n, int head, Shifts<sizeof...(In)> sh, Out* __rest
 // same aligned, misaligned-view and narrow-pack paths, with the same launch shapes, as an op.
 
 // Launch shapes for inputs whose offsets differ from the output's, as measured fastest for each
-// (benchmarks/RESULTS.md, "Views at the aligned speed" and "Straddling loads per input count"):
+// (docs/tuning.md, "Misaligned views"):
 //  * the straddling-load kernel on 16-byte packs: for one input in blocks of at most 128 threads
-//    (in 256-thread blocks it ran 1-2% below the aligned kernel), for two or more in the op's own
+//    (in 256-thread blocks it ran below the aligned kernel), for two or more in the op's own
 //    blocks (in 128-thread blocks they ran slower on both GPUs measured);
 //  * for one input of a 4-byte type (float32 and int32 ops), a kernel per offset: at 2 elements
 //    8-byte packs, two per thread, with no shifting at all; at 1 and 3 the straddling-load kernel
@@ -568,7 +568,7 @@ using HalfPackTuning = RetiledTuning<Tn, 2>;
 // load_shifted): through a warp shuffle with two or more inputs, by each lane's own load with one.
 // With one input the second load per pack cost less than the shuffles: as measured, its views
 // gain on an H100 and are level on an H200, while two inputs lose on the H200 that way
-// (benchmarks/RESULTS.md, "Straddling loads per input count").
+// (docs/tuning.md, "Misaligned views").
 constexpr bool shift_by_shuffle(int k) { return k > 1; }
 template <int K>
 constexpr bool kShiftByShuffle = shift_by_shuffle(K);

@@ -1,8 +1,8 @@
 // Host memory copies split over worker threads that wait spinning: pyew's staging copies between
 // pageable numpy arrays and page-locked buffers (pyew/transfer.py).
 //
-// One thread copies about 11 GB/s on the hosts measured, so staging a 4 MiB array takes longer
-// than moving it over PCIe both ways. Split over workers that sleep between calls, the copy got
+// One thread copies slower than PCIe moves data both ways, so a staged array would take longer
+// to copy than to send. Split over workers that sleep between calls, the copy got
 // faster but whole calls slower (docs/tuning.md): waking a sleeping thread costs tens of
 // microseconds, on every call. Here a worker that took part in a copy spins for a while after it
 // (the trade OpenMP runtimes make with their spin counts) and only then sleeps, each on its own

@@ -1,8 +1,8 @@
 """How many threads per multiprocessor pyew's elementwise launches keep resident, per GPU model.
 
 A streaming kernel at full occupancy can keep more reads in flight than a GPU's DRAM serves best.
-Where a lower limit measured faster under sustained load (benchmarks/RESULTS.md, "Resident
-threads per SM"), the contiguous map kernels get it: the launch reserves shared memory it does not
+Where a lower limit measured faster under sustained load (docs/tuning.md, "Occupancy caps
+(resident threads per SM)"), the contiguous map kernels get it: the launch reserves shared memory it does not
 use, so that fewer blocks fit on a multiprocessor (libew/elementwise.cuh, resident_cap_smem). GPUs
 not listed keep the hardware's maximum: on an H200 every lower limit measured slower.
 """

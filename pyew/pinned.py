@@ -10,7 +10,7 @@ and `pyew.asarray(a)` copy straight from and to a pinned `a` (pyew's, or any pag
 CUDA knows, such as cupyx.empty_pinned's); new numpy results of RESULT_BYTES or more come from
 the pool (for_result), and pyew.dask returns its numpy chunks in it.
 
-Page-locking costs milliseconds per hundred MiB, so blocks are kept: a block goes back to the pool
+Page-locking takes time in proportion to the size (docs/tuning.md), so blocks are kept: a block goes back to the pool
 when the last array over it is gone, and the next array of that size, or of at least half of it,
 takes it. The pool holds at most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an
 eighth of physical memory divided by the host's GPUs, since dask-cuda and most launchers run a

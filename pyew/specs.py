@@ -11,7 +11,7 @@ another definition of a loaded name replaces it: its folder is searched first, t
 vocabulary is rebuilt, formulas' programs are kept per version of the loaded ops and every
 plan is dropped, so every caller of the name gets the new one.
 Params are compiled into the kernel, as in formulas:
-each new value of a param compiles once (0.1-0.3 s), so a value that changes call after call
+each new value of a param compiles once (as a new formula does), so a value that changes call after call
 belongs in an input instead.
 """
 from __future__ import annotations

@@ -220,8 +220,8 @@ def _small_buffer(need: int = 0) -> Pinned | None:
         return None
     while _uploads:
         _retire_oldest()
-    # grown at least twofold, in whole _SMALL_STEPs, up to the cap: pinning costs milliseconds per
-    # ten MiB, so a first call does not pin what only large calls use
+    # grown at least twofold, in whole _SMALL_STEPs, up to the cap: pinning takes time in proportion
+    # to its size, so a first call does not pin what only large calls use
     if _small is None or _small.nbytes < need:
         size = min(cap, max(_SMALL_STEP, -(-need // _SMALL_STEP) * _SMALL_STEP, 2 * (_small.nbytes if _small else 0)))
         if _small is not None:

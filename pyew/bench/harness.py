@@ -140,7 +140,7 @@ class Run:
 
 # ---- clocks --------------------------------------------------------------------------------------
 
-BUSY_BYTES, EVENT_HOST_MS = 256 << 20, 0.006    # a prefill memset (~0.1 ms on an H100); 2 Event.record calls
+BUSY_BYTES, EVENT_HOST_MS = 256 << 20, 0.006    # a prefill memset; 2 Event.record calls
 
 
 def rotation_slots(bytes_per_call: int, l2_bytes: int, capacity: int, factor: int = 4) -> int:
