@@ -34,6 +34,7 @@ from .operands import (
     classify,
     collapse,
     op_dtype,
+    past_int64,
     scalar_bits,
     scalar_value,
 )
@@ -79,7 +80,7 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
     if len(args) != len(names):
         raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}"
                         f"{keyword_hint(op, len(args) - len(names))}")
-    operands = [classify(a, op.name, n, stream) for a, n in zip(args, names)]
+    operands = past_int64(op, [classify(a, op.name, n, stream) for a, n in zip(args, names)])
     # inputs of a fixed dtype (where's condition) take no part in promotion: they are converted to it
     fixed = op.fixed
     kernel = op.kernel(op_dtype(op, operands))

@@ -708,16 +708,23 @@ def test_in_place_with_a_list_casts_as_numpy(lib):
 
 @needs_lib
 def test_comparing_ints_with_a_python_int_they_cannot_hold(lib):
-    """numpy 2 answers int32 == 2**40 (False) instead of refusing the number: pyew compares in int64."""
+    """numpy 2 answers int32 == 2**40 (False) instead of refusing the number: pyew compares in int64,
+    and past int64 (2**70) against an infinity in float64, exact for every int64 element; a numpy
+    array on the host likewise. Arithmetic still refuses such a number, as numpy does."""
     h = np.array([-5, 0, 7], np.int32)
     d = pyew.asarray(h)
-    for v in (2 ** 40, -(2 ** 40)):
+    big = np.array([-(2 ** 63), 2 ** 62 + 1, 2 ** 63 - 1], np.int64)
+    for v in (2 ** 40, -(2 ** 40), 2 ** 63, -(2 ** 63) - 1, 2 ** 70, -(2 ** 200)):
         for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
             if ufunc_op(name) is None:
                 continue
-            got = getattr(np, name)(d, v)
-            assert got.dtype == np.bool_
-            np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")
+            for a, x in ((d, h), (pyew.asarray(big), big), (big, big)):
+                got = getattr(np, name)(a, v) if isinstance(a, pyew.DeviceArray) else getattr(pyew, name)(a, v)
+                assert got.dtype == np.bool_
+                got = got.get() if isinstance(got, pyew.DeviceArray) else got
+                np.testing.assert_array_equal(got, getattr(np, name)(x, v), err_msg=f"{name} {v} {x.dtype}")
+    g = pyew.asarray(big)
+    np.testing.assert_array_equal((g > 2 ** 62).get(), big > 2 ** 62)    # in range: exact, not float64
     with pytest.raises(OverflowError):
         pyew.add(d, 2 ** 40)                        # arithmetic refuses it, as numpy does
 

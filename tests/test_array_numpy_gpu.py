@@ -488,15 +488,26 @@ def test_bool_inputs_run_numpys_loops():
             b - c
 
 
-def test_comparisons_with_python_ints_out_of_range(rng):
-    h = rng.integers(-2**31, 2**31 - 1, 4099).astype(np.int32)
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_comparisons_with_python_ints_out_of_range(dtype, rng):
+    """numpy 2 compares integer arrays with any Python int: past the dtype in int64, past int64
+    exactly too (each way round), and a later call in range keeps its exact kernel."""
+    if dtype == "bool":
+        h = rng.integers(0, 2, 4099).astype(bool)
+    else:
+        h = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, 4099, dtype=dtype, endpoint=True)
+        h[:4] = np.iinfo(dtype).min, np.iinfo(dtype).max, np.iinfo(dtype).max - 1, 0
     d = pyew.asarray(h)
     assert {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"} <= set(TABLE)
-    for v in (2**40, -(2**40), 2**31, -(2**31) - 1):
+    for v in (2**40, -(2**40), 2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**70, -(2**200)):
         for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
-            if name in TABLE:
-                got = getattr(np, name)(d, v)
-                np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")
+            got = getattr(np, name)(d, v)
+            np.testing.assert_array_equal(got.get(), getattr(np, name)(h, v), err_msg=f"{name} {v}")
+            got = getattr(np, name)(v, d)
+            np.testing.assert_array_equal(got.get(), getattr(np, name)(v, h), err_msg=f"{name} {v}, reflected")
+    if dtype == "int64":
+        v = int(h[1]) - 1                 # near 2**63: float64 would round it
+        np.testing.assert_array_equal((d > v).get(), h > v)
 
 
 def test_comparing_with_none():
