@@ -459,6 +459,9 @@ def clear_memory() -> None:
 
 
 _ENTRY = re.compile(r"[0-9a-f]{64}")
+_HEX2 = re.compile(r"[0-9a-f]{2}")
+_RECORD = re.compile(r"toolchain-[0-9a-f]{16}")       # toolchain()'s, named by _environment()
+_TEMPORARY = re.compile(r"\.tmp-[A-Za-z0-9_]{8}")      # tempfile.mkstemp's, prefix ".tmp-"
 
 
 def _cache_files(path: Path, partial: bool = False) -> list[Path]:
@@ -469,13 +472,13 @@ def _cache_files(path: Path, partial: bool = False) -> list[Path]:
         return []
     out = []
     for p in path.glob("??/*"):
-        if p.is_file() and p.parent.name == p.name[:2] and _ENTRY.fullmatch(p.name):
-            out.append(p)
-        elif partial and p.is_file() and p.name.startswith(".tmp-"):
+        if not p.is_file() or not _HEX2.fullmatch(p.parent.name):
+            continue
+        if (p.parent.name == p.name[:2] and _ENTRY.fullmatch(p.name)) or (partial and _TEMPORARY.fullmatch(p.name)):
             out.append(p)
     if partial:
-        out += [p for p in path.glob("toolchain-*") if p.is_file()]
-        out += [p for p in path.glob(".tmp-*") if p.is_file()]
+        out += [p for p in path.glob("toolchain-*") if p.is_file() and _RECORD.fullmatch(p.name)]
+        out += [p for p in path.glob(".tmp-*") if p.is_file() and _TEMPORARY.fullmatch(p.name)]
         for d in path.glob("specs/*"):      # the headers of spec files pyew.load_spec compiled
             if d.is_dir() and re.fullmatch(r"[0-9a-f]{24}", d.name):
                 out += [p for p in d.rglob("*") if p.is_file()]
@@ -497,7 +500,8 @@ def cache_clear() -> int:
     for p in _cache_files(path, partial=True):
         p.unlink(missing_ok=True)
         n += 1
-    folders = [*path.glob("??"), *sorted(path.glob("specs/**/"), reverse=True)] if path.is_dir() else []
+    folders = [*(d for d in path.glob("??") if _HEX2.fullmatch(d.name)),
+               *sorted(path.glob("specs/**/"), reverse=True)] if path.is_dir() else []
     for d in folders:
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()

@@ -490,6 +490,9 @@ def test_cache_clear_deletes_only_what_pyew_wrote(tmp_path, nvrtc_ok):
     (tmp_path / "ab").mkdir()
     (tmp_path / "ab" / "notes.txt").write_text("keep")
     (tmp_path / "notes.txt").write_text("keep")
+    (tmp_path / "toolchain-notes.txt").write_text("keep")        # named like pyew's files, but not theirs
+    (tmp_path / ".tmp-mine").write_text("keep")
+    (tmp_path / "xy").mkdir()                                    # an empty folder of two letters
     run_script(tmp_path)
     env = dict(os.environ, PYEW_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
     show = subprocess.run([sys.executable, "-m", "pyew", "cache"], env=env, capture_output=True, text=True)
@@ -497,7 +500,8 @@ def test_cache_clear_deletes_only_what_pyew_wrote(tmp_path, nvrtc_ok):
     clear = subprocess.run([sys.executable, "-m", "pyew", "cache", "--clear"], env=env, capture_output=True, text=True)
     assert clear.returncode == 0
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert left == ["ab/notes.txt", "mine/results.csv", "notes.txt"]
+    assert left == [".tmp-mine", "ab/notes.txt", "mine/results.csv", "notes.txt", "toolchain-notes.txt"]
+    assert (tmp_path / "xy").is_dir() and not list(tmp_path.glob("toolchain-*[0-9a-f]"))
 
 
 def test_formula_parse_is_cached_per_text(vocab):
