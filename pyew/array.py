@@ -422,7 +422,7 @@ class DeviceArray:
         for (1 = the legacy default stream). bfloat16 has no typestr a consumer understands
         (it reads as '<V2'): use DLPack (torch.from_dlpack) for bfloat16."""
         last = self._buf.settled()
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.readonly),
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr if self.size else 0, self.readonly),
                 "version": 3, "strides": None, "stream": last.handle or 1}
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -448,7 +448,13 @@ class DeviceArray:
             raise BufferError("this GPU array is read-only, and a DLPack consumer that does not pass max_version "
                               "(1, x) cannot be told so: pass max_version=(1, 0), or copy=True for a writable copy")
         with rt.on(ordinal):
-            src = self.copy() if copy else self
+            if copy:
+                s = rt.resolve_stream(None)
+                src = self.copy(s)
+                if stream == -1:        # the consumer synchronizes itself, and cannot with a copy it did not ask for
+                    rt.stream_synchronize(s.cu)
+            else:
+                src = self
             if stream != -1:
                 src._buf.settled_on(rt.foreign_stream(1 if stream is None else stream, ordinal))
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION

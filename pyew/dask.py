@@ -149,12 +149,18 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     return _formula_array(tree, leaves, dtype, expr.strip())
 
 
-# A pyew.dask result's dask name -> (its tree, its leaves, its calls, its graph layer), for fusing:
-# a later op on it runs its formula too, unless the array was persisted since (its layer is then
-# another) or its formula has grown to MAX_FUSED_CALLS ops: a chain built in a loop fuses in
-# pieces of that many, each compiled once, rather than into one ever longer kernel.
-_FORMULAS: dict = {}
+# A pyew.dask result carries (its tree, its leaves, its calls, its graph layer, the definitions of
+# its loaded ops) as the attribute FORMULA, for fusing: a later op on it runs its formula too,
+# unless the array was persisted since (its layer is then another) or its formula has grown to
+# MAX_FUSED_CALLS ops: a chain built in a loop fuses in pieces of that many, each compiled once,
+# rather than into one ever longer kernel. Held by the result itself, the leaves go with it.
+FORMULA = "_pyew_formula"
 MAX_FUSED_CALLS = 64
+
+
+def formula_of(a):
+    """What a pyew.dask result carries for fusing (see FORMULA), or None."""
+    return getattr(a, FORMULA, None) if isinstance(a, da.Array) else None
 
 
 def _operands(args: list, build) -> tuple[list, list]:
@@ -180,7 +186,7 @@ def _array_count(leaves: list) -> int:
 def _inline(a, leaves: list):
     """The node of one operand: a pyew.dask result's own formula (its leaves joining `leaves`), or a
     new variable for anything else."""
-    hit = _FORMULAS.get(getattr(a, "name", None)) if isinstance(a, da.Array) else None
+    hit = formula_of(a)
     if hit is not None:
         tree, sub, count, layer, defs = hit
         # (a loaded op redefined since: the array keeps its own graph, computed with the definition it had)
@@ -221,9 +227,7 @@ def _formula_array(tree, leaves: list, dtype: np.dtype, what: str):
     which = sorted(pair for _, group in defs for pair in group)       # the name: what, not where from
     out = da.blockwise(functools.partial(_apply_formula, tree, names, text, dtype, defs), tuple(range(ndim)), *pairs,
                        dtype=dtype, meta=meta, name=f"pyew-{what}-{da.core.tokenize(text, which, *arrays)}")
-    if len(_FORMULAS) > 4096:
-        _FORMULAS.clear()
-    _FORMULAS[out.name] = (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name), defs)
+    setattr(out, FORMULA, (tree, leaves, len(formula.calls(tree)), out.dask.layers.get(out.name), defs))
     return out
 
 
@@ -239,8 +243,11 @@ def _apply_formula(tree, names: tuple, text: str, dtype: np.dtype, defs: tuple, 
 
 
 def _run_formula(tree, names: tuple, text: str, dtype: np.dtype, blocks):
-    values = dict(zip(names, blocks))
     gpu = _gpu_block(blocks)
+    if gpu is not None:         # CuPy chunks on another GPU than the first's: copied there, as map_blocks does
+        index = gpu.device.id
+        blocks = tuple(asarray(b, device=index) if _is_cupy(b) and b.device.id != index else b for b in blocks)
+    values = dict(zip(names, blocks))
     shape = np.broadcast_shapes(*(np.shape(b) for b in blocks))
     fn = kinds.table().get(tree.op) if isinstance(tree, Call) else None
     if fn is not None and all(isinstance(a, Var) for a in tree.args):
@@ -302,6 +309,9 @@ def map_blocks(func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=No
     arrays = [a for a in args if isinstance(a, da.Array)]
     if not arrays:
         raise TypeError("pyew.dask.map_blocks: give at least one dask array")
+    if any(isinstance(a._meta, np.ma.MaskedArray) for a in arrays):
+        raise TypeError("pyew.dask.map_blocks: masked chunks, and pyew has no masks (their masked values would be "
+                        "computed as data): map a.map_blocks(np.ma.filled) first")
     like = arrays[0]
     dtype = np.dtype(like.dtype if dtype is None else dtype)
     ndim = like.ndim - len(_axes(drop_axis)) + len(_axes(new_axis))
@@ -310,9 +320,20 @@ def map_blocks(func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=No
     extra = {k: v for k, v in (("chunks", chunks), ("drop_axis", drop_axis), ("new_axis", new_axis))
              if v is not None}
     # the name covers all that shapes the result, as dask.array.map_blocks's does
-    token = da.core.tokenize(func, *args, kwargs, dtype, extra)
+    token = da.core.tokenize(_func_token(func), *args, kwargs, dtype, extra)
     return da.map_blocks(functools.partial(_apply_func, func, dtype), *args, dtype=dtype, meta=meta,
                          name=f"pyew-{getattr(func, '__name__', 'func')}-{token}", **extra, **kwargs)
+
+
+def _func_token(func):
+    """What names func in a graph: itself where it pickles by reference (a module's function),
+    else the object's identity (a lambda or a closure: tokenizing it would pickle what it
+    captures, GPU arrays copied to the host among them). The graph holds func, so no other
+    object takes that identity while the graph lives."""
+    name = getattr(func, "__qualname__", "")
+    if getattr(func, "__closure__", None) or "<lambda>" in name or "<locals>" in name:
+        return ("callable", id(func), name)
+    return func
 
 
 def _axes(axes) -> tuple:

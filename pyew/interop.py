@@ -128,6 +128,7 @@ def _from_cai(obj, cai: dict, stream, op, name) -> DeviceArray:
         raise ValueError(f"{op}: {name!r}'s __cuda_array_interface__ points to host memory, not a GPU's; pass it "
                          "as a numpy array (np.asarray) instead")
     _check_device(ordinal, stream, op, name)
+    _check_aligned(int(ptr or 0), info, op, name)
     waited = _wait_for(producer, stream, ordinal) if producer is not None and producer != _stream_arg(stream) else None
     return DeviceArray(Foreign(obj, bool(read_only), ordinal, stream, waited), int(ptr or 0), shape, info)
 
@@ -155,7 +156,16 @@ def _from_dlpack(obj, stream, op, name) -> DeviceArray:
         raise TypeError(f"{op}: {name!r} has DLPack dtype (code {imp.dtype[0]}, {imp.dtype[1]} bits, "
                         f"{imp.dtype[2]} lanes), which pyew does not support")
     _check_contiguous(obj, imp.shape, imp.strides, 1, op, name)
+    _check_aligned(imp.ptr, info, op, name)
     return DeviceArray(Foreign(imp.owner, imp.read_only, imp.device[1], stream), imp.ptr, imp.shape, info)
+
+
+def _check_aligned(ptr: int, info: dt.DType, op: str, name: str) -> None:
+    """The kernels read arrays at whole-element offsets from aligned memory; a pointer between two
+    elements (a byte view reinterpreted) would fault on the GPU, so it is refused here."""
+    if ptr % info.itemsize:
+        raise ValueError(f"{op}: {name!r} starts at address {ptr:#x}, not a multiple of its {info.name} elements' "
+                         f"{info.itemsize} bytes; pyew reads arrays aligned to their element size: pass a copy")
 
 
 def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
@@ -182,6 +192,9 @@ def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:
     dtype, converted on the GPU where it differs. With device (an int or pyew.Device; or a
     stream's GPU), the result is on that GPU: GPU arrays elsewhere are copied there, host data
     goes there; else GPU arrays stay where they are and host data goes to the current GPU."""
+    if isinstance(obj, np.ma.MaskedArray):
+        raise TypeError("asarray: a masked array, and pyew has no masks (its masked values would be copied as if "
+                        "they were data): pass a.filled(value), or a.data to take every element")
     src = device_index(obj) if not isinstance(obj, np.ndarray) else None
     want = target_device(device, stream) if device is not None or stream is not None else None
     if src is None:

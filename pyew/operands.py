@@ -57,9 +57,11 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
             a = None
         if a is None or a.dtype == object:
             raise TypeError(f"{op}: input {name!r} is a {given}, not an array or number")
-    if type(a) is not np.ndarray and isinstance(a, np.ma.MaskedArray):
-        raise TypeError(f"{op}: input {name!r} is a masked array, and pyew has no masks (it would compute the masked "
-                        "values too): pass a.filled(value), or a.data to compute every element")
+    if type(a) is not np.ndarray:
+        if isinstance(a, np.ma.MaskedArray):
+            raise TypeError(f"{op}: input {name!r} is a masked array, and pyew has no masks (it would compute the "
+                            "masked values too): pass a.filled(value), or a.data to compute every element")
+        a = a.view(np.ndarray)          # np.matrix and other subclasses: their data, read as numpy reads it
     if a.ndim == 0 and scalars:
         return Operand(name, SCALAR, a[()], _info(a.dtype, op, name), ())
     return Operand(name, HOST, a, _info(a.dtype, op, name), tuple(a.shape))

@@ -568,7 +568,14 @@ def to_host(dptr: int, host: np.ndarray, stream) -> None:
     _one_way(host, dptr, stream, up=False)
 
 
+def _plain(a: np.ndarray) -> np.ndarray:
+    """A numpy subclass (np.matrix, whose reshape(-1) stays 2-D) as a plain array over its memory:
+    the engine's views and slices then mean what they say."""
+    return a if type(a) is np.ndarray else a.view(np.ndarray)
+
+
 def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
+    host = _plain(host)
     nbytes = host.nbytes
     if nbytes == 0:
         return
@@ -661,7 +668,16 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
                 cancel.flag = True
                 raise
 
-    futures = [_worker_pool().submit(loop, lane) for lane in lanes]
+    futures = []
+    try:
+        pool = _worker_pool()
+        for lane in lanes:
+            futures.append(pool.submit(loop, lane))
+    except BaseException:       # Ctrl-C while starting them: the ones started stop before this raises
+        cancel.flag = True
+        with contextlib.suppress(BaseException):
+            _join(futures, lanes, cancel)
+        raise
     _join(futures, lanes, cancel)
     if join:
         for lane in lanes:
@@ -726,6 +742,8 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
     n = math.prod(shape)
     if n == 0:
         return
+    inputs = [op if type(op.array) is np.ndarray else HostOperand(_plain(op.array), op.shape) for op in inputs]
+    outputs = [_plain(o) for o in outputs]
     out_scale = tuple(out_scale) or (1,) * len(outputs)
     in_scale = tuple(in_scale) or (1,) * len(inputs)
     scaled = any(s != 1 for s in out_scale + in_scale)
@@ -950,7 +968,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     in parts whose copies up and down overlap (_move). Period 1 is any run; a call with rows or
     columns has runs_of's, and `scales` says, per input, how many of the call's elements each of
     its own stands for (Runs); by default 1 where an input has the outputs' length, else 0."""
-    views = [*inputs, *outputs]
+    views = [v if type(v) is np.ndarray else _plain(v) for v in (*inputs, *outputs)]
     sizes = [v.nbytes for v in views]
     if sum(sizes) > _limits.small_bytes:
         return False
@@ -967,7 +985,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     here = [(not split and n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) or pinned.is_direct(v)
             for n, v in zip(sizes, views)]
     rounded = [_round(n) for n in sizes]
-    need = sum(rounded)
+    need = _size_class(sum(rounded))
     staged = sum(r for r, d in zip(rounded, here) if not d)
     with _small_lock:
         buf = _small_buffer(staged) if staged else None     # it holds only the operands it stages
@@ -982,6 +1000,16 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         finally:
             rt.free(dbase, stream, need)
     return True
+
+
+def _size_class(n: int) -> int:
+    """n rounded up to one of eight sizes per power of two (at most 1/8 more): a one-shot call's
+    device scratch, freed into the caching allocator's lists by size, so calls of many sizes
+    share a few lists rather than filling one each."""
+    if n <= 4096:
+        return n
+    step = 1 << (n.bit_length() - 4)
+    return -(-n // step) * step
 
 
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB

@@ -115,6 +115,10 @@ def test_relu_mask_streams_its_bitmask(fakes, rng):
     np.testing.assert_array_equal(bits, x > 0)
     g = rng.standard_normal(n).astype(np.float32)
     np.testing.assert_array_equal(pyew.relu_mask_backward(g, m), np.where(x > 0, g, 0))
+    buf = np.full(n, -7, np.float32)              # numpy outs that share memory: refused, as on the GPU
+    with pytest.raises(ValueError, match="the two outs overlap"):
+        pyew.relu_mask(x, out=(buf, buf[:(n + 31) // 32].view(np.uint32)))
+    assert (buf == -7).all()
 
 
 @needs_lib

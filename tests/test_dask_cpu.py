@@ -352,7 +352,7 @@ def test_a_chain_built_in_a_loop_fuses_in_pieces(ed, fakes):
     y = da.zeros(8, chunks=4, dtype=np.float32)
     for _ in range(500):
         y = ed.add(y, 1.0)
-    assert len(formula.calls(ed._FORMULAS[y.name][0])) <= ed.MAX_FUSED_CALLS
+    assert len(formula.calls(ed.formula_of(y)[0])) <= ed.MAX_FUSED_CALLS
     np.testing.assert_array_equal(y.compute(scheduler="sync"), np.full(8, 500, np.float32))
 
 
@@ -361,7 +361,7 @@ def test_a_persisted_result_is_read_not_recomputed(ed, fakes, rng):
     a = rng.standard_normal(8).astype(np.float32)
     y = ed.mul(ed.add(da.from_array(a, chunks=4), 1.0), 3.0).persist(scheduler="sync")
     z = ed.mul(y, 2.0)
-    assert len(formula.calls(ed._FORMULAS[z.name][0])) == 1        # y's chunks are its input
+    assert len(formula.calls(ed.formula_of(z)[0])) == 1        # y's chunks are its input
     np.testing.assert_allclose(z.compute(scheduler="sync"), (a + 1) * 3 * 2, rtol=1e-6)
 
 
@@ -373,3 +373,39 @@ def test_map_blocks_meta_follows_gpu_chunks_in_any_argument(ed, no_gpu, monkeypa
     monkeypatch.setattr(ed, "meta_from_array", lambda m, ndim, dtype: used.append(m) or real(m, ndim=ndim, dtype=dtype))
     ed.map_blocks(lambda a, b: a, x, g)
     assert used == [g._meta]
+
+
+def test_a_result_dropped_lets_its_inputs_go(ed, fakes):
+    """What fusing needs is held by the result itself: dropping the result frees its inputs (a
+    table of every result's formula had kept them, with their data, for thousands of graphs)."""
+    import gc
+    import weakref
+    x = da.from_array(np.ones(8, np.float32), chunks=4)
+    gone = weakref.ref(x)
+    y = ed.mul(ed.add(x, 1.0), 2.0)
+    assert ed.formula_of(y) is not None
+    np.testing.assert_array_equal(y.compute(scheduler="sync"), np.full(8, 4, np.float32))
+    del x, y
+    gc.collect()
+    assert gone() is None
+
+
+def test_map_blocks_of_a_closure_over_gpu_arrays_copies_nothing_to_name_it(ed, fakes, monkeypatch):
+    """Naming the graph of a lambda that captures a DeviceArray does not pickle it (which copies it
+    to the host); masked chunks are refused, not computed as data."""
+    import pyew
+    w = pyew.asarray(np.full(8, 2, np.float32))
+    copies = []
+    real = pyew.DeviceArray.get
+    monkeypatch.setattr(pyew.DeviceArray, "get", lambda self, *a, **k: copies.append(1) or real(self, *a, **k))
+    x = da.ones(8, chunks=4, dtype=np.float32)
+    f = lambda c: pyew.mul(c, w[:4])  # noqa: E731
+    y = ed.map_blocks(f, x)
+    assert copies == [] and ed.map_blocks(f, x).name == y.name
+    assert ed.map_blocks(lambda c: pyew.mul(c, w[:4]), x).name != y.name
+    np.testing.assert_array_equal(y.compute(scheduler="sync"), np.full(8, 2, np.float32))
+    m = da.from_array(np.ma.masked_array(np.ones(8, np.float32), mask=[1, 0] * 4), chunks=4)
+    with pytest.raises(TypeError, match="masked chunks"):
+        ed.map_blocks(lambda c: c, m)
+    with pytest.raises(TypeError, match="a masked array"):
+        pyew.asarray(np.ma.masked_array(np.ones(3), mask=[1, 0, 0]))

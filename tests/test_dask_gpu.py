@@ -116,6 +116,26 @@ def test_distributed_local_cluster_of_processes(data):
 
 
 @pytest.mark.slow
+def test_formulas_of_cupy_chunks_on_two_gpus(data, cupy):
+    """Chunks of one formula on two GPUs: those on another GPU than the first chunk's are copied
+    there, for one op and for a fused formula, as map_blocks does."""
+    if pyew.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    a, w, b = data
+
+    def on(i):
+        def put(c):
+            with cupy.cuda.Device(i):
+                return cupy.asarray(c)
+        return put
+    x0 = da.from_array(a, chunks=CHUNKS).map_blocks(on(0))
+    x1 = da.from_array(a, chunks=CHUNKS).map_blocks(on(1))
+    r = ed.add(x0, x1).compute(scheduler="sync")
+    check(cupy.asnumpy(r), 2.0 * a.astype(np.float64))
+    r = ed.gelu(ed.add(ed.mul(x1, x0), b)).compute(scheduler="sync")
+    check(cupy.asnumpy(r), gelu_ref(a.astype(np.float64) * a + b))
+
+
 def test_local_cuda_cluster_one_gpu_per_worker(data, cupy):
     pytest.importorskip("distributed")
     dask_cuda = pytest.importorskip("dask_cuda")

@@ -91,6 +91,11 @@ def test_cai_refusals(fake):
         interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<f4", stream=1, mask=object()), _S(), "op", "x")
     with pytest.raises(ValueError, match="stream 0"):
         interop.import_device(FakeCAI(buf.ctypes.data, (4,), "<f4", stream=0), _S(), "op", "x")
+    # between two elements (a byte view reinterpreted): the kernels would fault on the GPU
+    with pytest.raises(ValueError, match="not a multiple of its float32 elements' 4 bytes"):
+        interop.import_device(FakeCAI(buf.ctypes.data + 1, (4,), "<f4", stream=1), _S(), "op", "x")
+    with pytest.raises(ValueError, match="not a multiple of its int64 elements' 8 bytes"):
+        interop.import_device(FakeTensor(buf.ctypes.data + 4, (2,), dt.BY_NAME["int64"]), _S(), "op", "x")
 
 
 def test_cai_strides_of_a_contiguous_array_are_fine(fake):
@@ -248,3 +253,22 @@ def test_cupys_reader_for_the_c_replay(fake):
     assert replayed(array(dtype=np.float64), s) is None
     current.ptr = 0x77                                       # CuPy's own stream: the call must wait for it
     assert replayed(array(), s) is None
+
+
+def test_exports_of_an_empty_view_and_of_an_unsynchronized_copy(fakes, monkeypatch):
+    """The CUDA Array Interface gives a zero-size array the null pointer (its spec's rule); a DLPack
+    copy asked for with stream=-1 (the consumer synchronizes itself) is finished when handed over,
+    since the consumer cannot wait for a copy queued on pyew's stream."""
+    import pyew
+    d = pyew.asarray(np.arange(8, dtype=np.float32))
+    assert d[3:3].__cuda_array_interface__["data"][0] == 0 and d[3:].__cuda_array_interface__["data"][0] == d.ptr + 12
+    waited = []
+    real = rt.stream_synchronize
+    monkeypatch.setattr(rt, "stream_synchronize", lambda s: waited.append(s) or real(s))
+    cap = d.__dlpack__(stream=-1, max_version=(1, 0), copy=True)
+    assert len(waited) == 1
+    imp = dlpack.consume(cap)
+    assert imp.ptr != d.ptr and imp.shape == (8,)
+    waited.clear()
+    d.__dlpack__(stream=-1, max_version=(1, 0))          # no copy: nothing to wait for
+    assert waited == []

@@ -485,6 +485,57 @@ def test_keyboard_interrupt_mid_stream(fake, monkeypatch):
     assert np.array_equal(out, 2 * x)
 
 
+def test_keyboard_interrupt_while_the_workers_start(fake, monkeypatch):
+    """Ctrl-C between starting one worker and the next: the started ones stop before the call
+    raises, so none writes into out= or the freed scratch afterwards."""
+    small_limits(threads=3)
+    n = 200_000
+    x = np.arange(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    ops = [transfer.HostOperand(x, (n,)), transfer.HostOperand(x, (n,))]
+    pool = transfer._worker_pool()
+
+    class InterruptedSecond:
+        started = 0
+
+        def submit(self, *args):
+            if InterruptedSecond.started == 1:
+                raise KeyboardInterrupt
+            InterruptedSecond.started += 1
+            return pool.submit(*args)
+
+    def slow(chunk):
+        time.sleep(0.002)
+        _add_kernel(chunk)
+    with monkeypatch.context() as m:
+        m.setattr(transfer, "_worker_pool", InterruptedSecond)
+        with pytest.raises(KeyboardInterrupt):
+            transfer.stream_call(ops, [out], (n,), slow, S)
+    written = out.copy()
+    time.sleep(0.1)
+    assert np.array_equal(out, written), "no worker wrote after the call raised"
+    assert fake.device_bytes() == 0
+    transfer.stream_call(ops, [out], (n,), _add_kernel, S)
+    assert np.array_equal(out, 2 * x)
+
+
+def test_numpy_subclasses_are_read_and_written_as_their_memory(fake):
+    """np.matrix keeps two dims through reshape(-1): the engine works on a plain view of its
+    memory, so blocks are what they say (before, the first block read the whole matrix into one
+    block's room)."""
+    small_limits(threads=3)
+    m = np.matrix(np.arange(300 * 300, dtype=np.float32).reshape(300, 300))
+    out = np.matrix(np.zeros((300, 300), np.float32))
+    transfer.stream_call([transfer.HostOperand(m, (300, 300))] * 2, [out], (300, 300), _add_kernel, S)
+    assert np.array_equal(np.asarray(out), 2 * np.asarray(m)) and type(out) is np.matrix
+    d = fake.malloc(m.nbytes, S)
+    transfer.to_device(m, d, S)
+    back = np.matrix(np.zeros((300, 300), np.float32))
+    transfer.to_host(d, back, S)
+    assert np.array_equal(np.asarray(back), np.asarray(m))
+    assert fake.device_bytes() == m.nbytes
+
+
 def test_two_threads_at_once(fake):
     small_limits(threads=3)
     rng = np.random.default_rng(3)
@@ -1040,3 +1091,16 @@ def test_runs_of_rows_and_columns(shapes, shape, want):
         assert math.prod(run) == m and np.broadcast_shapes(run, *own) == run
         for s, o, k in zip(shapes, own, r.scales):
             assert math.prod(o) == (m if k == 1 else m // k if k else math.prod(s))
+
+
+def test_one_shot_scratch_comes_in_a_few_sizes_per_power_of_two():
+    """A one-shot call's device scratch is rounded up to one of eight sizes per power of two (at
+    most 1/8 more), so calls of many sizes leave the caching allocator a few lists, not one each."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(4097, 1 << 24, 20000)
+    classes = {transfer._size_class(int(n)) for n in sizes}
+    assert len(classes) <= 8 * 12
+    for n in sizes[:2000]:
+        c = transfer._size_class(int(n))
+        assert n <= c <= n * 1.125
+    assert transfer._size_class(4096) == 4096 and transfer._size_class(1 << 20) == 1 << 20

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import call, library
 from .. import dtypes as dt
 from .. import runtime as rt
@@ -56,6 +58,8 @@ class ReluMaskOp:
                     call.check_alias(o, p.operands, name, exact_ok=o is y_out)
             if y_out is not None and m_out is not None and call.overlaps(y_out, m_out):
                 raise ValueError(f"{name}: the two outs overlap")
+        elif y_out is not None and m_out is not None and np.may_share_memory(y_out, m_out):
+            raise ValueError(f"{name}: the two outs overlap")
         kernel = p.kernel
 
         def step(ins, outs, shapes, st):
