@@ -168,15 +168,48 @@ class Foreign(_Ordered):
         self.producer = self.others = None
 
     def __del__(self):
-        p, others = self.producer, self.others
-        if p is None or not others or sys.is_finalizing():
+        if sys.is_finalizing():
             return
+        p, others = self.producer, self.others
         try:
-            for s in others:
-                rt.stream_wait(p, s)
+            if p is not None and others:
+                for s in others:
+                    rt.stream_wait(p, s)
+            elif p is None and type(self.owner) is dlpack.Managed and self.owner.deleter:
+                _release_after(self.owner, self.ordinal, (self.last, *(self.readers or ())))
         except Exception:   # never raise from a finalizer
             pass
 
+
+# DLPack imports whose producer's stream is unknown (JAX's, for one): their capsule's deleter may
+# let the producer's allocator reuse the memory on a stream pyew's queued work does not precede,
+# so it runs only once that work is done (an event per stream that used it), checked at the next
+# import and at the next drop.
+_releases: list = []
+_releases_lock = threading.Lock()
+
+
+def _release_after(owner, ordinal: int, streams) -> None:
+    events = []
+    with rt.on(ordinal):
+        for s in streams:
+            e = rt.Event()
+            e.record(s.cu)
+            events.append(e)
+    with _releases_lock:
+        _releases.append((events, owner))
+    release_finished()
+
+
+def release_finished() -> None:
+    """Drop the DLPack owners whose pyew work is done (their deleters run)."""
+    if not _releases:
+        return
+    with _releases_lock:
+        done = [r for r in _releases if all(e.done() for e in r[0])]
+        for r in done:
+            _releases.remove(r)
+    done.clear()            # the owners' deleters run here, outside the lock
 
 def _unpickled(values: np.ndarray) -> "DeviceArray":
     return from_host(values, rt.resolve_stream(None))

@@ -23,7 +23,7 @@ import numpy as np
 from . import dlpack, library
 from . import dtypes as dt
 from . import runtime as rt
-from .array import DeviceArray, Foreign, from_host, keep_view, lookup_dtype, target_device
+from .array import DeviceArray, Foreign, from_host, keep_view, lookup_dtype, release_finished, target_device
 from .errors import LibraryError
 
 _CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
@@ -142,6 +142,7 @@ def _wait_for(producer: int, stream, ordinal: int):
 
 
 def _from_dlpack(obj, stream, op, name) -> DeviceArray:
+    release_finished()
     s = _stream_arg(stream)
     try:
         cap = obj.__dlpack__(stream=s, max_version=dlpack.VERSION)

@@ -272,3 +272,33 @@ def test_exports_of_an_empty_view_and_of_an_unsynchronized_copy(fakes, monkeypat
     waited.clear()
     d.__dlpack__(stream=-1, max_version=(1, 0))          # no copy: nothing to wait for
     assert waited == []
+
+
+def test_a_dlpack_import_without_a_producer_stream_is_released_after_pyews_work(fakes, monkeypatch):
+    """A DLPack producer that names no stream (JAX's) gets its capsule back only once the work pyew
+    queued on the memory is done: its allocator may reuse the memory on a stream of its own."""
+    from pyew import array
+    finished = [False]
+
+    class Event:
+        def record(self, stream_cu):
+            pass
+
+        def done(self):
+            return finished[0]
+    monkeypatch.setattr(rt, "Event", Event)
+    buf = np.arange(6, dtype=np.float32)
+
+    class JaxLike(FakeTensor):
+        __module__ = "jaxlib"
+    t = JaxLike(buf.ctypes.data, (6,), dt.BY_NAME["float32"])
+    before = dlpack.live_exports()
+    d = interop.import_device(t, rt.resolve_stream(None), "op", "x")
+    assert dlpack.live_exports() == before + 1
+    del d
+    gc.collect()
+    assert dlpack.live_exports() == before + 1, "released before pyew's queued work finished"
+    finished[0] = True
+    array.release_finished()
+    gc.collect()
+    assert dlpack.live_exports() == before
