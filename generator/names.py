@@ -33,6 +33,8 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Every identifier the generated sources declare themselves starts with this (case-insensitively:
 # the macros are EW_...), so no spec name may: ew_map_fn, ew_f, ew_param_<name>, EW_API, ...
 RESERVED_PREFIX = "ew_"
+LIBRARY_PREFIX = "libew_"             # build/obj/libew_<file>.o: libew's own sources (Makefile)
+MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]+")     # upper case, as the C headers' macros are
 
 CPP_KEYWORDS = frozenset("""
     alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
@@ -102,6 +104,11 @@ def problem(name: str, what: str) -> str | None:
         return f"{what} {name!r} starts with '_' (reserved in C++ and for pyew's own names)"
     if name.lower().startswith(RESERVED_PREFIX):
         return f"{what} {name!r} starts with {RESERVED_PREFIX!r}, which the generated code reserves for itself"
+    if name.lower().startswith(LIBRARY_PREFIX):
+        return f"{what} {name!r} starts with {LIBRARY_PREFIX!r}, which names the library's own objects in the build"
+    if MACRO_LIKE.fullmatch(name):
+        return (f"{what} {name!r} reads as a C macro (NULL, INFINITY, M_PI, INT_MAX ... are macros of the headers "
+                "the kernels include); use lower case")
     if name in CPP_KEYWORDS or keyword.iskeyword(name):
         return f"{what} {name!r} is a C++ or Python keyword"
     if name in CUDA_BUILTINS:

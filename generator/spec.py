@@ -10,6 +10,8 @@ from __future__ import annotations
 from . import names as nm
 
 # isort: split
+import ast
+import builtins
 import functools
 import hashlib
 import math
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pyew import dtypes as dt
+from pyew.formula import ALIASES
 
 from . import abi
 from . import expr as ex
@@ -273,6 +276,8 @@ def parse_op(entry, path, index: int = 1) -> Op:
     if "name" not in entry:
         _fail(path, label, "name", "is missing")
     name = _name(entry["name"], path, label, "name", "op name")
+    if name in ALIASES:
+        _fail(path, name, "name", f"formulas read {name}() as {ALIASES[name]}(); choose another")
     kind_name = entry.get("kind", "map")
     if not isinstance(kind_name, str) or kind_name not in KINDS:
         _fail(path, name, "kind", f"unknown kind {nm.show(kind_name)}; known: {', '.join(KINDS)}")
@@ -306,6 +311,12 @@ def parse_op(entry, path, index: int = 1) -> Op:
         if d.name not in kind.dtypes:
             _fail(path, name, "dtypes", f"a '{kind_name}' op supports {', '.join(kind.dtypes)}; not {d.name}")
     params = _params(entry.get("params", []), path, name, set(inputs))
+    whole = [d.name for d in dtypes if d.kind != "float"]
+    for p in params:
+        if p.type == "float" and whole:
+            # the entry point takes it in the op's compute type: 0.5 would become 0 for an int op
+            _fail(path, name, "params", f"param {p.name!r} is a float, and the op's {', '.join(whole)} kernels "
+                  "take params in their own type; make it type = \"int\", or the op's dtypes floats only")
     doc = _text(entry, "doc", path, name, True)
     expr = _text(entry, "expr", path, name, "expr" in kind.required)
     calls: tuple[str, ...] = ()
@@ -320,6 +331,10 @@ def parse_op(entry, path, index: int = 1) -> Op:
             _fail(path, name, "ref", f"not a Python expression: {e.msg}")
         except (ValueError, RecursionError, MemoryError) as e:
             _fail(path, name, "ref", f"not a Python expression: {nm.show(str(e) or type(e).__name__)}")
+        unknown = _ref_unknown(ref, {*inputs, *(p.name for p in params)})
+        if unknown:
+            _fail(path, name, "ref", f"uses {', '.join(map(repr, unknown))}, which is neither an input, a param, "
+                  f"nor a name the reference sees ({', '.join(sorted(nm.REF_NAMES))}, Python's builtins)")
     out = entry.get("out")
     if out is not None and (not isinstance(out, str) or out not in kind.dtypes):
         _fail(path, name, "out", f"a '{kind_name}' op's output is one of {', '.join(kind.dtypes)}; not {nm.show(out)}")
@@ -353,7 +368,9 @@ def parse_op(entry, path, index: int = 1) -> Op:
     launch = entry.get("launch", "tuned")
     if not isinstance(launch, str) or launch not in LAUNCHES:
         _fail(path, name, "launch", f"must be one of {', '.join(map(repr, LAUNCHES))}, got {nm.show(launch)}")
-    ufunc = _ufunc(entry.get("ufunc"), path, name)
+    ufunc = _ufunc(entry.get("ufunc"), path, name, len(inputs))
+    if kind_name == "map" and ufunc is None:
+        _numpy_arity(name, name, len(inputs), path, name, "name")
     fixed = _fixed(entry.get("fixed"), inputs, kind, path, name)
     if fixed and pairs:
         _fail(path, name, "pair", "an op with fixed input dtypes has no paired form (its inputs are of "
@@ -366,7 +383,36 @@ def parse_op(entry, path, index: int = 1) -> Op:
     return op
 
 
-def _ufunc(value, path, op):
+def _ref_unknown(ref: str, own: set) -> list[str]:
+    """The names `ref` reads that nothing defines: not the op's inputs or params, not the names the
+    reference is evaluated with, not Python's builtins, not bound inside it (a lambda's arguments,
+    a comprehension's targets)."""
+    tree = ast.parse(ref, mode="eval")
+    bound = set(own) | set(nm.REF_NAMES) | set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound)
+
+
+def _numpy_arity(ufunc: str, shown: str, inputs: int, path, op, fld) -> None:
+    """numpy hands its ufunc `ufunc` on DeviceArrays to the op that has its name (or declares it):
+    only an elementwise ufunc of one output and the op's input count may be that op."""
+    u = getattr(np, ufunc, None)
+    if not isinstance(u, np.ufunc) or u.__name__ != ufunc:
+        return
+    if u.signature is not None:
+        _fail(path, op, fld, f"np.{shown} is numpy's generalized ufunc {ufunc}{u.signature}, not elementwise; "
+              "an op implementing it would compute something else on DeviceArrays: pick another name")
+    if u.nout != 1 or u.nin != inputs:
+        _fail(path, op, fld, f"np.{shown} takes {u.nin} input(s) and gives {u.nout} output(s), and this op takes "
+              f"{inputs} input(s) and gives one; numpy would hand np.{shown} on DeviceArrays to it: pick another "
+              "name")
+
+
+def _ufunc(value, path, op, inputs: int):
     """The `ufunc` field: the __name__ of a numpy ufunc (what numpy hands __array_ufunc__)."""
     if value is None:
         return None
@@ -379,6 +425,7 @@ def _ufunc(value, path, op):
     if u.__name__ != value:
         _fail(path, op, "ufunc", f"np.{value} is the ufunc {u.__name__!r}: write ufunc = \"{u.__name__}\" "
               "(the name numpy passes to __array_ufunc__)")
+    _numpy_arity(value, value, inputs, path, op, "ufunc")
     return value
 
 
@@ -516,6 +563,11 @@ def _check_calls(ops):
                     _fail(o.source, o.name, "expr", f"calls {c.name} with {got} argument(s); {c.name}"
                           f"({', '.join(want)}) takes {len(want)}"
                           + (" (inside an expression its params have no defaults)" if callee.params else ""))
+                lacking = [d.name for d in o.dtypes if d not in callee.dtypes]
+                if lacking:
+                    _fail(o.source, o.name, "expr", f"calls {c.name}, which has no {', '.join(lacking)} form "
+                          f"({c.name}'s dtypes: {', '.join(d.name for d in callee.dtypes)}); give this op only "
+                          f"dtypes {c.name} has")
                 for fld, names in (("inputs", o.inputs), ("params", [p.name for p in o.params])):
                     if c.name in names:
                         _fail(o.source, o.name, fld, f"{c.name!r} is also the op the expression calls "

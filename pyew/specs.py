@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import call, jit, library
 from .errors import CompileError, SpecError
-from .formula import ALIASES, Call, Var, trace_if_traced
+from .formula import Call, Var, trace_if_traced
 
 _lock = threading.Lock()
 _load_count = itertools.count()
@@ -247,10 +247,6 @@ def _load_file(path, by_task: bool) -> SpecOps:
     from . import fused
     taken = fused.vocabulary()
     for op in own:
-        alias = ALIASES.get(op.name)
-        if alias is not None:
-            raise SpecError(f"{shown}: op {op.name!r}: field 'name': formulas read {op.name}() as {alias}(); "
-                                  "choose another")
         if op.name in taken and op.name not in _ops:
             lib_op = taken[op.name].name
             why = ("the loaded library already has an op of this name" if lib_op == op.name else

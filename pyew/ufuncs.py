@@ -363,6 +363,8 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     if ufunc.nout != 1:
         raise TypeError(f"numpy's {name} has {ufunc.nout} outputs; pyew's ops have one, so it has no DeviceArray "
                         "version")
+    if ufunc.signature is not None:
+        raise missing(name, f"np.{name} on a DeviceArray")
     fn, op = _entries.get(name) or _function(name, f"np.{name} on a DeviceArray")
     if len(op.inputs) != ufunc.nin:
         raise TypeError(f"op {op.name} implements numpy's {name} in the loaded library but takes "

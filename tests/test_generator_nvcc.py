@@ -82,7 +82,7 @@ def test_compile_error_names_spec_file_op_and_expression(tmp_path, fields, sourc
 [[op]]
 name = "inner"
 inputs = ["x"]
-dtypes = ["float32"]
+dtypes = ["float32", "float16"]
 expr = "x + undefined_thing"
 ref = "x"
 doc = "broken on purpose."

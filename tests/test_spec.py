@@ -143,6 +143,12 @@ def _with(**fields):
     ("threadIdx", "CUDA built-in"), ("warpSize", "CUDA built-in"),
     ("R", "expression language"), ("ewf", "expression language"),
     ("evil\n", "not a C identifier"), ("a" * 65, "at most 64"),
+    ("libew_jit", "starts with 'libew_', which names the library's own objects"),
+    ("NULL", "reads as a C macro"), ("M_PI", "reads as a C macro"), ("INT64_MAX", "reads as a C macro"),
+    ("abs", r"formulas read abs\(\) as absolute\(\)"), ("round", r"as rint\(\)"),
+    ("matmul", "np.matmul is numpy's generalized ufunc matmul"), ("vecdot", "generalized ufunc"),
+    ("heaviside", r"np.heaviside takes 2 input\(s\) and gives 1 output\(s\), and this op takes 1"),
+    ("modf", r"gives 2 output\(s\)"),
 ])
 def test_reserved_op_names(name, match):
     with pytest.raises(SpecError, match=match):
@@ -150,7 +156,9 @@ def test_reserved_op_names(name, match):
 
 
 def test_longest_name_is_accepted():
-    (op,) = one(_with(name=json.dumps("a" * 64), inputs=json.dumps(["b" * 64])))
+    b = "b" * 64
+    (op,) = one(_with(name=json.dumps("a" * 64), inputs=json.dumps([b]), expr=json.dumps(f"{b} + {b}"),
+                      ref=json.dumps(f"{b} + {b}")))
     assert op.name == "a" * 64
 
 
@@ -194,7 +202,8 @@ def test_reserved_input_and_param_names(inputs, params, match):
 
 def test_former_template_identifiers_are_ordinary_names():
     """f, Fn, apply2, i were identifiers of the generated code; it now names its own ew_...."""
-    (op,) = one(_with(inputs='["f", "Fn"]', params='[{ name = "apply2", type = "float", default = 1.0 }, '
+    (op,) = one(_with(inputs='["f", "Fn"]', dtypes='["float"]',
+                      params='[{ name = "apply2", type = "float", default = 1.0 }, '
                       '{ name = "i", type = "int", default = 2 }]', expr='"f * Fn + apply2 + C(i)"',
                       ref='"f * Fn + apply2 + i"'))
     assert op.inputs == ("f", "Fn") and [p.name for p in op.params] == ["apply2", "i"]
@@ -222,6 +231,31 @@ def _load_with_default(tmp_path, text):
 def test_bad_calls_of_other_ops(tmp_path, expr, match):
     with pytest.raises(SpecError, match=match):
         _load_with_default(tmp_path, _with(expr=json.dumps(expr), dtypes='["float32"]'))
+
+
+def test_a_call_of_an_op_without_the_callers_dtypes(tmp_path):
+    """An int op calling a float-only op fails here, naming the callee, not in nvcc blaming it."""
+    with pytest.raises(SpecError, match=r"op 'twice': field 'expr': calls gelu, which has no int32 form"):
+        _load_with_default(tmp_path, _with(expr='"gelu(x)"', dtypes='["float32", "int32"]'))
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"ufunc": '"matmul"', "inputs": '["x", "y"]', "expr": '"x * y"', "ref": '"x * y"'}, "generalized ufunc"),
+    ({"ufunc": '"modf"'}, r"gives 2 output\(s\)"),
+    ({"ufunc": '"heaviside"'}, r"takes 2 input\(s\)"),
+    ({"ref": '"z + 1"'}, r"field 'ref': uses 'z', which is neither an input, a param"),
+    ({"params": '[{name = "a", type = "float", default = 0.5}]', "expr": '"x * a"', "ref": '"x * a"'},
+     r"field 'params': param 'a' is a float, and the op's int32 kernels"),
+    ({"inputs": '["X2"]', "expr": '"X2"', "ref": '"X2"'}, "reads as a C macro"),
+])
+def test_fields_numpy_or_the_compiler_would_read_otherwise(fields, match):
+    with pytest.raises(SpecError, match=match):
+        one(_with(**fields))
+
+
+def test_refs_may_bind_their_own_names():
+    (op,) = one(_with(ref=json.dumps("np.vectorize(lambda v: v + v)(x) + sum(i for i in [0])")))
+    assert op.ref.startswith("np.vectorize")
 
 
 @pytest.mark.parametrize("expr", ["elu(x, C(2))", "gelu(ew::div<R>(x, C(2)))", "add(x, gelu(x))",
@@ -379,7 +413,7 @@ def test_param_defaults_are_range_checked(param, match):
     ('{ name = "a", type = "float", default = 3 }', 3.0),
 ])
 def test_param_defaults_at_the_limits(param, value):
-    (op,) = one(_with(params=f"[{param}]"))
+    (op,) = one(_with(params=f"[{param}]", dtypes='["float"]'))
     assert op.params[0].default == value and type(op.params[0].default) is type(value)
 
 
@@ -425,8 +459,11 @@ def test_int_arithmetic_of_the_default_spec_wraps():
 def test_vocabulary_fields_parse():
     (op,) = one(_with(name='"pick"', inputs='["cond", "x", "y"]', dtypes='["float", "int", "bool"]',
                       expr='"cond ? x : y"', ref='"np.where(cond, x, y)"') + 'fixed = { cond = "bool" }\n'
-                + 'ufunc = "copysign"\nulp = 0\nlaunch = "basic"\n')
-    assert op.fixed == (("cond", "bool"),) and op.ufunc == "copysign" and op.ulp == 0 and op.launch == "basic"
+                + 'ulp = 0\nlaunch = "basic"\n')
+    assert op.fixed == (("cond", "bool"),) and op.ulp == 0 and op.launch == "basic"
+    (cps,) = one(_with(name='"cps"', inputs='["x", "y"]', dtypes='["float"]', expr='"x"', ref='"np.copysign(x, y)"',
+                       ufunc='"copysign"'))
+    assert cps.ufunc == "copysign"
     f32 = next(k for k in op.kernels() if k.dtype.name == "float32")
     assert [d.name for d in f32.in_dtypes] == ["bool", "float32", "float32"]
     (plain,) = one(GOOD)
@@ -459,9 +496,9 @@ def test_vocabulary_field_errors(fields, match):
 
 
 @pytest.mark.parametrize("text,match", [
-    (_with(name='"minus"', ufunc='"subtract"'),
+    (_with(name='"minus"', ufunc='"subtract"', inputs='["x", "y"]', expr='"x - y"', ref='"x - y"'),
      r"mine.toml: op 'minus': field 'ufunc': np.subtract is already implemented by op 'sub' \(libew/ops.toml\)"),
-    (_with(name='"plus"', ufunc='"maximum"'),
+    (_with(name='"plus"', ufunc='"maximum"', inputs='["x", "y"]', expr='"x + y"', ref='"x + y"'),
      r"mine.toml: op 'plus': field 'ufunc': 'maximum' is also the name of op 'maximum' \(libew/ops.toml\)"),
 ])
 def test_each_ufunc_maps_to_one_op(tmp_path, text, match):

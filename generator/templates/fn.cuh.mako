@@ -1,5 +1,6 @@
 // generated from ${comment(op.source)} by generator/ -- do not edit
-// The device function of op '${op.name}': ${comment(op.doc)}
+// The device function of op '${op.name}' (its doc stays in its kernels' source: ops that call it
+// include this header, and a new doc should not recompile them).
 // C is the compute type (float for float32/float16/bfloat16, double for float64, the integer type
 // for integer dtypes, bool for bool; an input of a fixed dtype takes that dtype's compute type); R
 // is the type the kernel stores the result in (e.g. __half), which the helpers of ew_math.cuh take
