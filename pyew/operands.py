@@ -186,17 +186,18 @@ def wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
 
 
 def past_int64(op, operands: list[Operand]) -> list[Operand]:
-    """A comparison of integer or bool arrays with a Python int past int64: numpy 2 answers it
-    (every element is less than 2**70), so the int stands as an infinity of its sign and the
-    comparison runs in float64, where every element is finite and the answers are exact. (Such a
-    call converts its arrays first, so it makes no plan that later calls would replay.)"""
+    """A comparison of integer arrays with a Python int past int64: numpy 2 answers it (every
+    element is less than 2**70), so the int stands as an infinity of its sign and the comparison
+    runs in float64, where every element is finite and the answers are exact. (Such a call
+    converts its arrays first, so it makes no plan that later calls would replay.) Bool arrays
+    take numpy's OverflowError, as numpy gives them one."""
     if numpy_name(op) not in COMPARISONS:
         return operands
     lim = np.iinfo(np.int64)
 
     def past(o):
         return o.kind == SCALAR and o.info is None and type(o.value) is int and not lim.min <= o.value <= lim.max
-    if not any(map(past, operands)) or any(o.kind != SCALAR and o.info.kind not in ("int", "bool") for o in operands):
+    if not any(map(past, operands)) or any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
         return operands
     return [Operand(o.name, SCALAR, math.inf if o.value > 0 else -math.inf, None, ()) if past(o) else o
             for o in operands]
