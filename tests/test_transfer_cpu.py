@@ -519,6 +519,7 @@ def test_keyboard_interrupt_while_the_workers_start(fake, monkeypatch):
     assert np.array_equal(out, 2 * x)
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")     # np.matrix's own
 def test_numpy_subclasses_are_read_and_written_as_their_memory(fake):
     """np.matrix keeps two dims through reshape(-1): the engine works on a plain view of its
     memory, so blocks are what they say (before, the first block read the whole matrix into one
