@@ -14,7 +14,8 @@ NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
 # ARCH="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -gencode arch=compute_90,code=compute_90", which compiles every kernel twice (build times in
 # benchmarks/RESULTS.md, "Building the library").
-ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+DEFAULT_ARCH := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+ARCH ?= $(DEFAULT_ARCH)
 # -O2 is the host code's level (entry points, launch planning); ptxas optimizes device code at -O3
 # whatever nvcc's -O, so the kernels are the same as at -O3 and the host compile is cheaper.
 # LINEINFO=1 adds -lineinfo: source lines in compute-sanitizer's and the profilers' reports, for a
@@ -24,6 +25,17 @@ NVCCFLAGS ?= -O2 -std=c++17
 EXTRA_NVCCFLAGS ?=
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# SPEC, ARCH and BUILD come from make's command line or this file, never from the environment:
+# conda's compiler activation exports BUILD (a target triplet), and build systems export ARCH.
+ifneq ($(filter environment%,$(origin BUILD)),)
+override BUILD := build
+endif
+ifneq ($(filter environment%,$(origin ARCH)),)
+override ARCH := $(DEFAULT_ARCH)
+endif
+ifneq ($(filter environment%,$(origin SPEC)),)
+override SPEC := libew/ops.toml
+endif
 
 HEADERS := $(wildcard libew/*.cuh libew/*.h)
 LIBEW_SOURCES := $(wildcard libew/*.cu)

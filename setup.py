@@ -21,7 +21,7 @@ from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-BUILD = Path(os.environ.get("PYEW_BUILD") or os.environ.get("BUILD") or ROOT / "build")
+BUILD = Path(os.environ.get("PYEW_BUILD") or ROOT / "build")
 BUILD = BUILD if BUILD.is_absolute() else ROOT / BUILD
 
 
@@ -29,7 +29,8 @@ class BuildWithLibew(build_py):
     def run(self):
         cmd = ["make", "-C", str(ROOT), "all", f"PYTHON={sys.executable}"]
         for var in ("SPEC", "ARCH", "NVCC", "CUDA_HOME", "BUILD"):
-            value = os.environ.get(f"PYEW_{var}", os.environ.get(var) if var != "SPEC" else None)
+            # only PYEW_-prefixed: conda's compiler activation exports BUILD, build systems ARCH
+            value = os.environ.get(f"PYEW_{var}", os.environ.get(var) if var in ("NVCC", "CUDA_HOME") else None)
             if value:
                 cmd.append(f"{var}={value}")
         subprocess.run(cmd, check=True)
@@ -39,6 +40,7 @@ class BuildWithLibew(build_py):
         for name in ("libew.so", "manifest.json"):
             shutil.copy2(BUILD / name, dest / name)
         ext = BUILD / "_ewcall.abi3.so"        # absent without the Python headers: pyew uses ctypes
+        (dest / ext.name).unlink(missing_ok=True)      # not an earlier build's, left in build_lib
         if ext.exists():
             shutil.copy2(ext, dest / ext.name)
         # read at run time: libew's headers and the ops' device functions by NVRTC (fused formulas,

@@ -119,7 +119,7 @@ def manifest(spec: Spec, command: str | None = None) -> dict:
 # What else a library is built from, beside its spec files: libew's hand-written CUDA and the
 # generator's templates. pyew compares them with the checkout it loads the library from, so a
 # library older than its headers (which formulas compile against) is refused as stale.
-SOURCES = ("libew/*.cuh", "libew/*.h", "libew/*.cu", "generator/templates/*.mako")
+SOURCES = ("libew/*.cuh", "libew/*.h", "libew/*.cu", "generator/templates/*.mako", "pyew/_ewcall.c")
 BENCH_ONLY = frozenset(("libew/naive.cuh", "libew/dot_atomics.cuh", "generator/templates/bench_manifest.cu.mako"))
 
 

@@ -64,7 +64,10 @@ def __getattr__(name: str):
         raise AttributeError(name)
     if name == "dask":              # pyew.dask needs dask: imported on first use, like the ops
         import importlib
-        return importlib.import_module(".dask", __name__)
+        try:
+            return importlib.import_module(".dask", __name__)
+        except ImportError as e:    # hasattr(pyew, "dask") is then False, and the error says why
+            raise AttributeError(f"module 'pyew' has no attribute 'dask': {e}") from e
     try:
         fn = _kinds.table().get(name)
     except PyewError as e:          # no library: hasattr() and getattr(pyew, name, default) still work

@@ -41,7 +41,12 @@ class DeviceProps:
 
 
 def _no_device(why: str) -> NoDeviceError:
-    return NoDeviceError(f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this. "
+    hint = ""
+    if "InsufficientDriver" in why:     # the driver is older than the CUDA runtime cuda-python brings
+        hint = (" The NVIDIA driver is older than the CUDA version of the installed cuda-python: update the driver "
+                "(CUDA 13 needs R580 or newer), or install cuda-python of the driver's CUDA version (for a CUDA 12 "
+                "driver: pip install 'cuda-python>=12.6.1,<13').")
+    return NoDeviceError(f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this.{hint} "
                          "import pyew and pyew.ops() work without one.")
 
 

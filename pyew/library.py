@@ -41,12 +41,18 @@ ABI_CTYPES = {"out": ctypes.c_void_p, "in": ctypes.c_void_p, "stream": ctypes.c_
 # Argument kind -> the C extension's conversion code (pyew/_ewcall.c).
 _EXT_CODES = {"out": "p", "in": "p", "stream": "p", "layout": "p", "i64": "l", "f64": "d", "i32": "i", "u64": "u"}
 _DEFAULT_BUILD = "make all"
+# a process keeps the library it loaded (the dynamic loader hands the same copy back)
+_RESTART = ", then start Python again"
 EXTENSION = "_ewcall.abi3.so"      # built beside libew.so by the Makefile
 
 
 def load_extension(folder: Path):
     """pyew's C extension from `folder`, or (None, why not)."""
-    if os.environ.get("PYEW_CTYPES", "") not in ("", "0"):
+    flag = os.environ.get("PYEW_CTYPES", "")
+    if flag not in ("", "0", "1"):
+        raise LibraryError(f"PYEW_CTYPES={flag!r}: set it to 1 to call libew through ctypes, or to 0 (or leave "
+                           "it unset) for pyew's C extension")
+    if flag == "1":
         return None, "PYEW_CTYPES is set"
     if ".abi3.so" not in importlib.machinery.EXTENSION_SUFFIXES or sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None, "this Python does not load stable-ABI extensions (a free-threaded build)"
@@ -207,12 +213,21 @@ class Library:
         self.cdll.ew_abi_version.argtypes = []
         self.cdll.ew_manifest.restype = ctypes.c_char_p
         self.cdll.ew_manifest.argtypes = []
-        raw = json.loads(self.cdll.ew_manifest().decode("utf-8"))
-        self.build_command = raw.get("build_command") or _DEFAULT_BUILD
         abi = self.cdll.ew_abi_version()
+        try:
+            raw = json.loads(self.cdll.ew_manifest().decode("utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raw = None
+            why = e
+        self.build_command = (raw or {}).get("build_command") or _DEFAULT_BUILD
         if abi != ABI_VERSION:
             raise LibraryError(f"{path} has ABI version {abi}, this pyew needs {ABI_VERSION}; "
-                               f"rebuild it: {self.build_command}")
+                               f"rebuild it: {self.build_command}{_RESTART}")
+        if raw is None:
+            raise LibraryError(f"{path} holds an unreadable manifest ({why}); rebuild it: {self.build_command}"
+                               f"{_RESTART}")
         # the checkout it was built in (recorded by the generator; else the folder above its build
         # folder); a library a wheel bundles stands alone: nothing beside it is compared
         root = raw.get("root")
@@ -309,11 +324,11 @@ class Library:
             except OSError:
                 if f.get("source") and checkout:        # a source removed from the checkout since
                     raise LibraryError(f"{self.path} is stale: {p} is gone since the library was built; "
-                                       f"rebuild it: {self.build_command}") from None
+                                       f"rebuild it: {self.build_command}{_RESTART}") from None
                 continue      # a library away from its checkout (a wheel, a copy): nothing to compare
             if hashlib.sha256(data).hexdigest() != f["sha256"]:
                 raise LibraryError(f"{self.path} is stale: {p} changed since the library was built; "
-                                   f"rebuild it: {self.build_command}")
+                                   f"rebuild it: {self.build_command}{_RESTART}")
 
     def error_name(self, code: int) -> str:
         return self.cdll.ew_error_name(int(code)).decode()

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
+
+if sys.version_info < (3, 11):      # before tomllib's import fails with a traceback
+    sys.exit(f"pyew needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable}): make it use "
+             "another with PYTHON=python3.12 (make test PYTHON=...), or a virtual environment of a newer Python")
+
+import tomllib  # noqa: E402
 from importlib import metadata
 from pathlib import Path
 

@@ -215,6 +215,24 @@ def test_scatter_first_bad_position_is_reported(rng):
         pyew.scatter_add(pyew.zeros(10, "float32"), pyew.asarray(index), pyew.zeros(300_000, "float32"))
 
 
+def test_scatter_src_over_dst_is_read_first_and_bad_casts_fail_first():
+    """src over dst's own memory read as it was, as np.add.at reads it; a src the
+    library cannot convert is refused before any GPU work, dst unchanged."""
+    a = np.array([1, 2, 4, 8], np.float32)
+    d = pyew.asarray(a)
+    pyew.scatter_add(d, np.array([1, 2, 3], np.int64), d[:3])
+    want = a.copy()
+    np.add.at(want, [1, 2, 3], a[:3].copy())
+    np.testing.assert_array_equal(d.get(), want)
+    f = pyew.asarray(np.array([0, 1, 2, 3], np.float32))           # duplicates accumulate
+    idx = pyew.asarray(np.array([1, 2, 3, 3], np.int32))
+    pyew.scatter_add(f, idx, pyew.asarray(np.array([5, 6, 7, 1], np.float32)))
+    np.testing.assert_array_equal(f.get(), [0, 6, 8, 11])
+    with pytest.raises(TypeError, match="no cast from uint32 to float32.*astype"):
+        pyew.scatter_add(d, np.array([0], np.int64), pyew.asarray(np.array([1], np.uint32)))
+    np.testing.assert_array_equal(d.get(), want)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_scatter_numpy_views_stream_and_empty(dtype, rng):
     base = small_ints(rng, 40, dtype)

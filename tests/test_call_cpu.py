@@ -115,6 +115,8 @@ def test_relu_mask_streams_its_bitmask(fakes, rng):
     np.testing.assert_array_equal(bits, x > 0)
     g = rng.standard_normal(n).astype(np.float32)
     np.testing.assert_array_equal(pyew.relu_mask_backward(g, m), np.where(x > 0, g, 0))
+    with pytest.raises(TypeError, match=r"out\[1\] \(the mask\) is a numpy array and the other out a GPU array"):
+        pyew.relu_mask(x, out=(pyew.empty(n, "float32"), np.empty((n + 31) // 32, np.uint32)))
     buf = np.full(n, -7, np.float32)              # numpy outs that share memory: refused, as on the GPU
     with pytest.raises(ValueError, match="the two outs overlap"):
         pyew.relu_mask(x, out=(buf, buf[:(n + 31) // 32].view(np.uint32)))

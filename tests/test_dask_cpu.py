@@ -178,7 +178,7 @@ def test_bench_dask_arguments(capsys):
     assert "is not a count" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         dask_scaling.main(["--in-flight", "0"])
-    assert "--in-flight and --repeats must be at least 1" in capsys.readouterr().err
+    assert "--in-flight, --repeats and --threads must be at least 1" in capsys.readouterr().err
     for argv, said in ((["--variants", "opz"], "--variants: opz given; choose from ops, map_blocks"),
                        (["--chunks", "gpu"], "--chunks: gpu given; choose from numpy, cupy")):
         with pytest.raises(SystemExit):

@@ -136,6 +136,10 @@ def _entry_call_in(env_lib: Path | None, **env) -> list[str]:
 @needs_lib
 def test_ctypes_when_asked_absent_or_unloadable(tmp_path):
     assert _entry_call_in(None, PYEW_CTYPES="1") == ["NoneType 0", "PYEW_CTYPES is set"]
+    assert _entry_call_in(None, PYEW_CTYPES="0")[1].endswith("_ewcall.abi3.so")           # 0: the C extension
+    bad = subprocess.run([sys.executable, "-c", "import pyew; pyew.library.get()"], cwd=ROOT, capture_output=True,
+                         text=True, env=dict(os.environ, PYEW_CTYPES="no"))
+    assert bad.returncode != 0 and "PYEW_CTYPES='no': set it to 1" in bad.stderr      # not read as "set"
     alone = tmp_path / "libew.so"
     shutil.copy2(LIB, alone)
     out = _entry_call_in(alone)

@@ -80,6 +80,16 @@ def test_foreign_and_mismatched_library(tmp_path):
                    text=True, check=True)
     r = run_py("import pyew\ntry:\n pyew.ops()\nexcept pyew.LibraryError as e: print('ERR', e)", PYEW_LIB=str(other))
     assert "not a libew library" in r.stdout
+    for i, (abi, manifest, says) in enumerate([(3, "not json", "holds an unreadable manifest"),
+                                               (3, "[1, 2]", "a JSON list, not an object"),
+                                               (999, "not json", "ABI version 999")]):
+        src = tmp_path / f"m{i}.c"
+        src.write_text(f'int ew_abi_version(void){{return {abi};}} const char* ew_manifest(void){{return '
+                       f'"{manifest}";}}\n')
+        so = tmp_path / f"m{i}.so"
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+        r = run_py("import pyew\ntry:\n pyew.ops()\nexcept pyew.LibraryError as e: print('ERR', e)", PYEW_LIB=str(so))
+        assert says in r.stdout and "then start Python again" in r.stdout and r.stderr == "", (r.stdout, r.stderr)
 
 
 @needs_lib
@@ -250,3 +260,12 @@ def test_a_build_folder_anywhere_finds_its_checkout(tmp_path, monkeypatch):
             lib._check_fresh(raw)
     finally:
         shutil.rmtree(LIB.parent / "nested", ignore_errors=True)
+
+
+def test_without_dask_pyew_dask_is_an_attribute_error_that_says_why():
+    r = run_py("import sys\nsys.modules['dask'] = None\nsys.modules['dask.array'] = None\nimport pyew\n"
+               "print(hasattr(pyew, 'dask'), getattr(pyew, 'dask', 'none'))\n"
+               "try:\n pyew.dask\nexcept AttributeError as e: print('ERR', e)")
+    assert r.stdout.splitlines()[0] == "False none" and r.stderr == ""
+    assert "ERR module 'pyew' has no attribute 'dask': pyew.dask needs dask" in r.stdout
+    assert "pip install 'pyew[dask]'" in r.stdout

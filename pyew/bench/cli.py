@@ -41,7 +41,10 @@ def parse_sizes(text: str) -> list[int]:
                     raise ValueError
                 out += [1 << e for e in range(lo, hi + 1, step[0] if step else 1)]
             elif tok.startswith(("2^", "2**")):
-                out.append(1 << int(tok.split("^")[-1].split("**")[-1]))
+                e = int(tok.split("^")[-1].split("**")[-1])
+                if not 0 <= e <= 40:        # checked before the shift: 2^99999999999 would take all memory
+                    raise argparse.ArgumentTypeError(f"size {tok!r} is too large for one GPU buffer set")
+                out.append(1 << e)
             else:
                 out.append(1 << int(tok) if int(tok) <= 40 else int(tok))
         except ValueError:
@@ -78,6 +81,8 @@ def parse_dtypes(text: str) -> list[str]:
 def parse_suites(text: str) -> list[str]:
     if bad := [n for n in parse_names(text) if n not in SUITES]:
         raise argparse.ArgumentTypeError(f"unknown suite(s) {', '.join(bad)}; known: {', '.join(SUITES)}")
+    if not parse_names(text):
+        raise argparse.ArgumentTypeError(f"no suite given; known: {', '.join(SUITES)}")
     return [n for n in SUITES if n in parse_names(text)]       # always in run order
 
 
@@ -121,9 +126,15 @@ def parse_args(argv) -> argparse.Namespace:
     args.sizes = args.sizes or parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     args.repeat = args.repeat if args.repeat is not None else QUICK_REPEAT if args.quick else DEFAULT_REPEAT
     for flag, v, least in (("--repeat", args.repeat, 1), ("--numpy-repeat", args.numpy_repeat, 3),
-                           ("--sustained-seconds", args.sustained_seconds, 1e-9)):
-        if v is not None and not v >= least:
-            build_parser().error(f"{flag} must be at least {least}" if least >= 1 else f"{flag} must be more than 0")
+                           ("--sustained-seconds", args.sustained_seconds, 1e-9), ("--max-time", args.max_time, 1e-9),
+                           ("--seed", args.seed, 0)):
+        if v is not None and not v >= least:           # NaN too
+            build_parser().error(f"{flag} must be more than 0" if 0 < least < 1 else f"{flag} must be at least {least}")
+    for flag, given in (("--ops", args.ops), ("--dtypes", args.dtypes)):
+        if given is not None and not given:
+            build_parser().error(f"{flag}: nothing given (leave it out for all)")
+    if bad := [p for p in args.peers if p not in (*peers_mod.LOADERS, "none")]:
+        build_parser().error(f"--peers: unknown {', '.join(bad)}; choose from {', '.join(peers_mod.LOADERS)}, or none")
     if why := unwritable(args.out):      # a bad --out fails now, not after the first suite has run
         build_parser().error(f"--out {args.out}: {why}")
     args.peers = [] if args.peers == ["none"] else args.peers
@@ -145,7 +156,9 @@ def unwritable(folder: Path) -> str | None:
 def check_ops(args, manifest) -> None:
     known = [o.name for o in manifest.ops if o.kind == "map"]
     if bad := [o for o in args.ops or () if o not in known]:
-        sys.exit(f"python -m pyew bench: unknown map op(s) {', '.join(bad)}; the library has: {', '.join(known)}")
+        print(f"python -m pyew bench: unknown map op(s) {', '.join(bad)}; the library has: {', '.join(known)}",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 def _meta(run: Run, info: dict) -> dict:
@@ -215,4 +228,5 @@ def main(argv=None) -> int:
     print(f"\nsummary: {run.meta['device'].get('name')}, copy ceiling {run.copy_gbps or 0:.0f} GB/s, {len(rows)} "
           f"rows, {len(notes)} notes, {run.meta['elapsed_s']} s\n{report.targets_table(targets.evaluate(rows))}"
           f"\nwrote {', '.join(map(str, paths.values()))}", file=sys.stderr)
-    return 0
+    stopped = [n for n in notes if n.startswith("suite ") and " stopped: " in n]
+    return 1 if stopped and len(stopped) == len(args.suites) else 0      # every suite failed: not a run

@@ -20,6 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
+from .cli import unwritable
+
 COLS = 4096
 
 
@@ -131,8 +133,14 @@ def main(argv=None) -> int:
         help="pipelines submitted at once per timed repeat; the figure is per pipeline (default 1)")
     add("--out", type=Path, default="bench-out", help="folder for dask.json and dask.md (default bench-out)")
     args = ap.parse_args(argv)
-    if args.in_flight < 1 or args.repeats < 1:
-        ap.error("--in-flight and --repeats must be at least 1")
+    if args.in_flight < 1 or args.repeats < 1 or args.threads < 1:
+        ap.error("--in-flight, --repeats and --threads must be at least 1")
+    if not args.gpus or min(args.gpus) < 1:
+        ap.error(f"--gpus: GPU counts of at least 1, e.g. 1,2 (got {','.join(map(str, args.gpus)) or 'none'})")
+    if args.chunk < 1 or args.elements < COLS:
+        ap.error(f"--elements must be at least {COLS} (one row of x) and --chunk at least 1")
+    if why := unwritable(args.out):       # a bad --out fails now, not after the whole run
+        ap.error(f"--out {args.out}: {why}")
     for flag, given, known in (("--chunks", args.chunks, ("numpy", "cupy")),
                                ("--variants", args.variants, ("ops", "map_blocks", "cupy", "none"))):
         bad = [v for v in given if v not in known]

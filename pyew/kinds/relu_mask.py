@@ -47,6 +47,11 @@ class ReluMaskOp:
         y_out, m_out = _out_pair(out, name)
         n = math.prod(p.shape)
         device = p.device or any(call.device_out(o, s, name) is not None for o in (y_out, m_out))
+        if device and not p.device:         # numpy inputs, and a GPU out: both outs must be on the GPU
+            for o, label in ((y_out, "out[0] (y)"), (m_out, "out[1] (the mask)")):
+                if isinstance(o, np.ndarray):
+                    raise TypeError(f"{name}: {label} is a numpy array and the other out a GPU array; give both "
+                                    "outs on the GPU (the numpy inputs are then copied up) or both as numpy arrays")
         p.device = device
         y_out = call.check_out(y_out, device, p.shape, info, f"{name} (out[0], y)", s)
         m_out = call.check_out(m_out, device, (mask_words(n),), MASK, f"{name} (out[1], the mask)", s)
@@ -74,7 +79,9 @@ class ReluMaskOp:
         expr = " + ".join(op.inputs)
         return "\n".join([
             op.doc, "",
-            f"y, mask = {op.name}({', '.join(op.inputs)}): y = relu({expr}) with the inputs' shape and dtype; "
+            f"y, mask = {op.name}({', '.join(op.inputs)}): y = relu({expr}) with the inputs' shape, in the dtype "
+            "the op runs in (numpy's promotion of the inputs, then the op's nearest dtype: float32 stays float32, "
+            "int32 runs in float64); "
             f"mask is a uint32 array of ceil(n / 32) words where bit i % 32 of word i // 32 is set iff "
             f"element i of {expr} is > 0 (in C order; unused high bits of the last word are 0). NaN is "
             "not > 0: its bit is 0 and y is NaN, as numpy's maximum gives.",
@@ -83,7 +90,7 @@ class ReluMaskOp:
             f"dtypes: {', '.join(d.name for d in op.dtypes)}. Inputs: arrays of one shape (numpy or GPU) or "
             "scalars; dtypes promote as in numpy.",
             "numpy in -> numpy out, GPU in -> DeviceArray out. out=(y, mask) writes into given arrays "
-            "(either may be None); stream= runs on a pyew.Stream.",
+            "(either may be None; C-contiguous; both numpy or both GPU arrays); stream= runs on a pyew.Stream.",
         ])
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from .. import call, library
 from .. import dtypes as dt
 from .. import runtime as rt
-from ..array import Buffer, DeviceArray, cast
+from ..array import Buffer, DeviceArray, cast, cast_entry
 from ..operands import DEVICE, HOST
 from . import P, binder, make_function
 
@@ -35,19 +35,23 @@ class ScatterAddOp:
         if tok is None:
             raise TypeError(f"{op}: index has dtype {io.info.name}; it must be int32 or int64")
         entry = call.kernel_for(self.op, info, f"index_{tok}")
-        if so.info is not info and not np.can_cast(so.info.np, info.np, "unsafe"):
-            raise TypeError(f"{op}: src of {so.info.name} cannot be added into dst of {info.name}")
+        if so.info is not info and cast_entry(so.info, info) is None:     # before any GPU work
+            raise TypeError(f"{op}: src is {so.info.name} and dst {info.name}, and the library has no cast from "
+                            f"{so.info.name} to {info.name} (op to_{info.name}): convert src with "
+                            f".astype(dst.dtype) first")
         if len(do.shape) != 1 or len(io.shape) != 1 or so.shape != io.shape:
             raise ValueError(f"{op}: dst must be 1-D and index and src 1-D of one length, got shapes "
                              f"dst {do.shape}, index {io.shape}, src {so.shape}")
         device = do.kind == DEVICE
         if device and do.value.readonly:
             raise ValueError(f"{op}: dst is a read-only GPU array")
-        if device and (call.overlaps(do.value, io.value) or call.overlaps(do.value, so.value)):
-            raise ValueError(f"{op}: dst overlaps index or src")
         length, n = do.shape[0], io.shape[0]
         if n == 0:
             return dst
+        if device:      # index or src over dst's memory: read as they were, as np.add.at reads them
+            for o in (io, so):
+                if o.kind == DEVICE and call.overlaps(do.value, o.value):
+                    o.value = o.value.copy(s)
         if io.kind == HOST:     # checked on the host: no GPU work before the error
             idx = io.value
             bad = np.flatnonzero((idx < -length) | (idx >= length))
@@ -94,7 +98,8 @@ def bind_scatter_add(op: library.Op):
         f"{op.name}(dst, index, src) adds src[k] to dst[index[k]] for every k, like np.add.at(dst, index, src), "
         "and returns dst. dst: a 1-D GPU array or writeable numpy array (copied in, scattered, copied back); "
         "index: 1-D int32 or int64, duplicates accumulate, negative values count from the end; src: 1-D, "
-        "index's length, converted to dst's dtype as np.add.at does.",
+        "index's length, converted to dst's dtype first (np.add.at adds in the dtypes' promotion and rounds "
+        "once, so a src wider than dst may differ by 1 ulp of dst per add).",
         "Any index outside [-len(dst), len(dst)) raises IndexError before dst is written (a GPU index is "
         "checked by a kernel and read back first). float16/bfloat16 add through FastAtomicAdd (a paired "
         "32-bit atomic with the neighbour guarded by dst's length); the order of duplicates' adds is not "
