@@ -8,6 +8,7 @@ import math
 import operator
 import sys
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -183,10 +184,12 @@ class Foreign(_Ordered):
 
 # DLPack imports whose producer's stream is unknown (JAX's, for one): their capsule's deleter may
 # let the producer's allocator reuse the memory on a stream pyew's queued work does not precede,
-# so it runs only once that work is done (an event per stream that used it), checked at the next
-# import and at the next drop.
+# so it runs only once that work is done (an event per stream that used it): at once where the
+# work is done by then, else at the next import, or by a thread that looks every few
+# milliseconds while any wait.
 _releases: list = []
 _releases_lock = threading.Lock()
+_reaper: list = []          # the looking thread, while one runs
 
 
 def _release_after(owner, ordinal: int, streams) -> None:
@@ -199,6 +202,21 @@ def _release_after(owner, ordinal: int, streams) -> None:
     with _releases_lock:
         _releases.append((events, owner))
     release_finished()
+    with _releases_lock:
+        if _releases and not _reaper:
+            t = threading.Thread(target=_reap, name="pyew-dlpack-release", daemon=True)
+            _reaper.append(t)
+            t.start()
+
+
+def _reap() -> None:
+    while True:
+        time.sleep(0.005)
+        release_finished()
+        with _releases_lock:
+            if not _releases:
+                _reaper.clear()
+                return
 
 
 def release_finished() -> None:
@@ -210,6 +228,7 @@ def release_finished() -> None:
         for r in done:
             _releases.remove(r)
     done.clear()            # the owners' deleters run here, outside the lock
+
 
 def _unpickled(values: np.ndarray) -> "DeviceArray":
     return from_host(values, rt.resolve_stream(None))
