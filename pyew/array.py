@@ -3,6 +3,7 @@ ufuncs, reshape, printing); and how it leaves pyew (numpy through the transfer e
 the CUDA Array Interface and DLPack for other GPU libraries)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import operator
@@ -127,7 +128,7 @@ class Foreign(_Ordered):
     kernels as it would on one stream. An import made for one call ends with the call; a view the
     caller keeps (pyew.asarray, pyew.from_dlpack) drops its producer (`keep`): like any consumer
     of these protocols, its user orders the owner's later work (pyew.ExternalStream)."""
-    __slots__ = ("owner", "ordinal", "used", "read_only", "readers", "producer", "others", "__weakref__")
+    __slots__ = ("owner", "ordinal", "used", "read_only", "readers", "producer", "others", "release", "__weakref__")
 
     def __init__(self, owner, read_only: bool = False, ordinal: int = 0, stream=None, producer=None):
         # An operand is imported on every call that takes one: the streams are looked up only
@@ -140,6 +141,8 @@ class Foreign(_Ordered):
         self.readers = None
         self.producer = producer
         self.others = [stream] if producer is not None and stream is not None and _other(producer, stream) else None
+        # a DLPack tensor whose producer names no stream: released once pyew's work on it is done
+        self.release = owner.take() if producer is None and type(owner) is dlpack.Managed else None
 
     @property
     def stream(self):
@@ -171,15 +174,20 @@ class Foreign(_Ordered):
     def __del__(self):
         if sys.is_finalizing():
             return
-        p, others = self.producer, self.others
+        p, others, taken = self.producer, self.others, self.release
+        self.release = None
         try:
             if p is not None and others:
                 for s in others:
                     rt.stream_wait(p, s)
-            elif p is None and type(self.owner) is dlpack.Managed and self.owner.deleter:
-                _release_after(self.owner, self.ordinal, (self.last, *(self.readers or ())))
+            if taken is not None:
+                _release_after(taken, self.ordinal, (self.last, *(self.readers or ())))
+                taken = None
         except Exception:   # never raise from a finalizer
             pass
+        if taken is not None:       # no event could be recorded: released now, as before
+            with contextlib.suppress(Exception):
+                dlpack.run_deleter(taken)
 
 
 # DLPack imports whose producer's stream is unknown (JAX's, for one): their capsule's deleter may
@@ -187,23 +195,25 @@ class Foreign(_Ordered):
 # so it runs only once that work is done (an event per stream that used it): at once where the
 # work is done by then, else at the next import, or by a thread that looks every few
 # milliseconds while any wait.
-_releases: list = []
+_releases: list = []            # (events, taken): appended without a lock (a finalizer may append)
 _releases_lock = threading.Lock()
-_reaper: list = []          # the looking thread, while one runs
+_reaper_lock = threading.RLock()
+_reaper: list = []              # the looking thread, while one runs
 
 
-def _release_after(owner, ordinal: int, streams) -> None:
+def _release_after(taken, ordinal: int, streams) -> None:
     events = []
     with rt.on(ordinal):
         for s in streams:
             e = rt.Event()
             e.record(s.cu)
             events.append(e)
-    with _releases_lock:
-        _releases.append((events, owner))
-    release_finished()
-    with _releases_lock:
-        if _releases and not _reaper:
+    if all(e.done() for e in events):
+        dlpack.run_deleter(taken)
+        return
+    _releases.append((events, taken))
+    with _reaper_lock:
+        if not _reaper:
             t = threading.Thread(target=_reap, name="pyew-dlpack-release", daemon=True)
             _reaper.append(t)
             t.start()
@@ -213,21 +223,23 @@ def _reap() -> None:
     while True:
         time.sleep(0.005)
         release_finished()
-        with _releases_lock:
+        with _reaper_lock:
             if not _releases:
                 _reaper.clear()
                 return
 
 
 def release_finished() -> None:
-    """Drop the DLPack owners whose pyew work is done (their deleters run)."""
+    """Release the DLPack tensors whose pyew work is done (their producers' deleters run)."""
     if not _releases:
         return
     with _releases_lock:
-        done = [r for r in _releases if all(e.done() for e in r[0])]
+        done = [r for r in list(_releases) if all(e.done() for e in r[0])]
         for r in done:
             _releases.remove(r)
-    done.clear()            # the owners' deleters run here, outside the lock
+    for _, taken in done:           # outside the lock
+        with contextlib.suppress(Exception):
+            dlpack.run_deleter(taken)
 
 
 def _unpickled(values: np.ndarray) -> "DeviceArray":

@@ -168,6 +168,19 @@ class Managed:
             d, self.deleter = self.deleter, None
             _DeleterFn(d)(self.addr)
 
+    def take(self) -> tuple[int, int] | None:
+        """(address, deleter) for whoever releases the tensor instead of this object, once: an
+        import that must wait for its GPU work first (array.Foreign), whatever order the garbage
+        collector finalizes the two in."""
+        d, self.deleter = self.deleter, None
+        return (self.addr, d) if d else None
+
+
+def run_deleter(taken: tuple[int, int]) -> None:
+    """Release a tensor whose deleter Managed.take handed over."""
+    addr, d = taken
+    _DeleterFn(d)(addr)
+
 
 @dataclass(frozen=True)
 class Imported:
