@@ -131,7 +131,8 @@ __device__ __forceinline__ void bcast_pack_body(const F& f, Index n_packs, const
     for (int u = 0; u < U; ++u) {
       const Index k = i + u * step;
       ok[u] = k < n_packs;
-      strided_offsets<K>(a, k, Index(N), off[u]);
+      // a lane past the end takes i's offsets (never read): k's could overflow Index
+      strided_offsets<K>(a, ok[u] ? k : i, Index(N), off[u]);
     }
     compute_store_masked<N, U, H>(f, out, i, step, n_packs,
                                   load_bcast_packs<N, U, H, I>(in, a.inner_one, off, ok)...);
@@ -155,7 +156,10 @@ __device__ __forceinline__ void strided_elem_body(const F& f, Index n, const Str
   for (Index i = Index(blockIdx.x) * (Tn::kTile ? B * U : B) + threadIdx.x; i < n; i += U * threads) {
     Index off[U][K > 0 ? K : 1];
 #pragma unroll
-    for (int u = 0; u < U; ++u) strided_offsets<K>(a, i + u * step, Index(1), off[u]);
+    for (int u = 0; u < U; ++u) {
+      const Index k = i + u * step;
+      strided_offsets<K>(a, k < n ? k : i, Index(1), off[u]);     // as bcast_pack_body: i stays in range
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const Index k = i + u * step;

@@ -33,7 +33,8 @@ class _Ordered:
             return
         with _order_lock:
             readers = self.readers
-            if readers is not None and stream in readers:
+            # by the CUDA stream, not the object: a new pyew.ExternalStream over one stream per call
+            if readers is not None and any(not _other(r, stream) for r in readers):
                 return
             last = self.last
             if _other(last, stream):
@@ -97,7 +98,7 @@ class Buffer(_Ordered):
         with _order_lock:          # two threads adding streams at once keep both
             if self.others is None:
                 self.others = []
-            if stream not in self.others:
+            if all(_other(o, stream) for o in self.others):
                 self.others.append(stream)
 
     def __del__(self):
@@ -163,7 +164,7 @@ class Foreign(_Ordered):
         with _order_lock:
             if self.others is None:
                 self.others = []
-            if stream not in self.others:
+            if all(_other(o, stream) for o in self.others):
                 self.others.append(stream)
 
     def keep(self) -> None:

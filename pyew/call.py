@@ -451,8 +451,9 @@ def find_plan(key, target) -> Plan | None:
 def keep_plan(key, plan: Plan | None) -> None:
     if key is None or plan is None:
         return
-    if len(_plans) >= _PLANS_MAX:
-        _plans.clear()
+    if len(_plans) >= _PLANS_MAX:          # the older half goes: a workload's hot plans stay
+        for k in list(_plans)[:_PLANS_MAX // 2]:
+            _plans.pop(k, None)
     _plans[key] = plan
 
 

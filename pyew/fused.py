@@ -990,17 +990,47 @@ def _kind_of(name: str, v):
 
 def _instance_key(v):
     """The trace key of an object hashed by identity (a method's self): the object, held weakly
-    where it can be, and its own attributes (numbers, strings and flags by value, anything else
-    by identity), which a trace may have read: setting one traces again. State deeper than its
-    own attributes is read once, when traced."""
+    where it can be, and its own attributes, which a trace may have read: setting one traces
+    again. State deeper than its own attributes (an attribute object's attributes) is read once,
+    when traced."""
     state = getattr(v, "__dict__", None)
-    snap = tuple([(k, _value_key(x) if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic))
-                   else ("id", id(x))) for k, x in state.items()]) if state else ()
+    snap = tuple([(k, _state_key(x)) for k, x in state.items()]) if state else ()
     try:
         ref = weakref.ref(v)
     except TypeError:
         ref = v
     return ("instance", ref, snap)
+
+
+def _state_key(x, depth: int = 0):
+    """An attribute in a trace key: numbers, strings and flags by value, tuples and lists by their
+    items, other values hashed by value as they are, anything else by identity, held (an id alone
+    could be taken by a later object, which would replay the first one's trace)."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic)):
+        return _value_key(x)
+    if isinstance(x, (tuple, list)) and depth < 4:
+        return (type(x), tuple(_state_key(e, depth + 1) for e in x))
+    if type(x).__hash__ not in (None, object.__hash__):
+        try:
+            hash(x)
+            return ("value", type(x), x)
+        except TypeError:
+            pass
+    return _Held(x)
+
+
+class _Held:
+    """An object in a key by its identity, kept alive with the key."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Held and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
 
 
 def fuse(fn=None):

@@ -939,3 +939,15 @@ def test_formulas_of_0d_operands_alone_give_numpys_scalar(lib):
     assert pyew.evaluate("x * y", {"x": np.float32(2), "y": 3}, out=o) is o and o == 6.0
     with pytest.raises(pyew.FormulaError, match="no array operand"):
         pyew.evaluate("y * 2", {"y": 3})                 # Python numbers alone: Python's arithmetic
+
+
+@needs_lib
+def test_an_array_read_on_one_stream_wrapped_anew_each_call_remembers_it_once(lib):
+    """A torch or CuPy stream wrapped in a new pyew.ExternalStream for each call (as pyew.dask does
+    per chunk) is one reader of a long-lived array, not one per call."""
+    w = pyew.asarray(np.ones(64, np.float32))
+    x = pyew.asarray(np.ones(64, np.float32))
+    for _ in range(50):
+        with pyew.ExternalStream(12345):
+            pyew.add(x, w)
+    assert len(w._buf.readers) == 1 and len(w._buf.others) == 1

@@ -724,6 +724,15 @@ def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
     layer.k = 2.0
     np.testing.assert_array_equal(layer.times(d).get(), a * 2)
     assert len(Layer.times.trees) == 3          # k of the class; 3.0 and 2.0 of the instance
+
+    class Poly:
+        @pyew.fuse
+        def apply(self, x):
+            return x * self.coef[0] + self.coef[1]
+    p = Poly()
+    for c in (2.0, 3.0, 4.0, 5.0, 6.0):        # a new tuple each time, perhaps at a freed one's address
+        p.coef = (c, 0.0)
+        np.testing.assert_array_equal(p.apply(d).get(), a * c)
     del layer                                   # traces hold an instance weakly
     gc.collect()
     assert all(dict(key)["self"][1]() is None for key in Layer.times.trees)
