@@ -77,6 +77,21 @@ def test_parse_sizes():
             cli.parse_sizes(bad)
 
 
+def test_the_pageable_floor_counts_staged_bytes_over_the_host_copy_and_all_over_pcie():
+    """The floor of a numpy call: its bytes over PCIe both ways, or the bytes it stages (its inputs,
+    and a result too small for the pinned pool) over the host's copy rate, whichever is longer."""
+    run = types.SimpleNamespace(rows=[{"suite": "pcie", "name": "pinned both ways", "gbps": 100.0},
+                                      {"suite": "pcie", "name": "host copy into pinned", "gbps": 40.0}])
+    n = 1 << 20                                  # float32 sigmoid: 4 MiB in, 4 MiB out (pooled)
+    staged = suite_numpy.staged_bytes(n, 4 * n, 4 * n)
+    assert staged == 4 * n
+    assert suite_numpy.floor_ms(run, 8 * n, staged) == pytest.approx(4 * n / 40e6)
+    assert suite_numpy.staged_bytes(16, 64, 64) == 128            # a 64-byte result is staged
+    fast_host = types.SimpleNamespace(rows=[dict(run.rows[0]), dict(run.rows[1], gbps=400.0)])
+    assert suite_numpy.floor_ms(fast_host, 8 * n, staged) == pytest.approx(8 * n / 100e6)   # PCIe-bound
+    assert suite_numpy.floor_ms(types.SimpleNamespace(rows=run.rows[:1]), 8 * n, staged) is None
+
+
 def test_parse_args():
     a = cli.parse_args([])
     assert a.sizes == [1 << e for e in range(16, 29)] and a.repeat == cli.DEFAULT_REPEAT and not a.sizes_given
@@ -670,3 +685,18 @@ def test_the_dask_bench_check_takes_float32_rounding_and_catches_wrong_results()
     for wrong in (gelu(x * w).astype(np.float32), fused * np.float32(1 + 1e-3), tail):
         with pytest.raises(AssertionError, match="off by"):
             dask_scaling._check(Client(), wrong, xs, w, b, strict=True)
+
+
+def test_faster_at_every_size_needs_the_peer_at_every_size():
+    """A size where PyTorch's round trip was not measured leaves 'faster at every size' unmet, and
+    the text names the size."""
+    rows = [dict(suite="numpy", name="sigmoid", dtype="float32", n=n, impl=impl, ms=ms)
+            for n, impl, ms in ((1 << 20, "pyew", 1.0), (1 << 20, "torch", 2.0), (1 << 20, "cupy", 2.0),
+                                (1 << 28, "pyew", 9.0), (1 << 28, "cupy", 20.0))]
+    got = {t["target"]: t for t in targets.evaluate(rows)}
+    t = got["numpy in/out: sigmoid and add float32 faster than PyTorch's and CuPy's round trips at every size"]
+    assert t["met"] is None and "no torch row at sigmoid float32 2^28" in t["measured"]
+    rows.append(dict(suite="numpy", name="sigmoid", dtype="float32", n=1 << 28, impl="torch", ms=30.0))
+    got = {t["target"]: t for t in targets.evaluate(rows)}
+    assert got["numpy in/out: sigmoid and add float32 faster than PyTorch's and CuPy's round trips at every size"][
+        "met"] is True

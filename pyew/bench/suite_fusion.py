@@ -93,10 +93,9 @@ def _sizes(run, sizes) -> list[int]:
 
 def _numpy(run, table) -> None:
     n = _sizes(run, (1 << 26,))[0]
-    if suite_numpy.floor_gbps(run) is None:        # unless the numpy suite measured its rates
+    if not suite_numpy.rates_measured(run):        # unless the numpy suite measured its rates
         suite_numpy.pcie(run)
-    gbps = suite_numpy.floor_gbps(run)
-    floor_ms = 16 * n / (gbps * 1e6) if gbps else None
+    floor_ms = suite_numpy.floor_ms(run, 16 * n, suite_numpy.staged_bytes(n, 12 * n, 4 * n))
     xs = {c: random_host_n(run.rng, "float32", n) for c in "xwb"}
     calls = {"pyew": functools.partial(evaluate, GELU, xs),
              "pyew op by op": functools.partial(CASES[GELU]["ops"], table, **xs)}

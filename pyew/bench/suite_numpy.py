@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import dtypes as dt
-from .. import kinds, transfer
+from .. import kinds, pinned, transfer
 from .. import runtime as rt
 from .harness import Suite, Table, f_size, gpu, host, map_cases, random_host_n, release
 
@@ -150,17 +150,35 @@ def main(run, table) -> None:
             run.checkpoint()
 
 
-def floor_gbps(run) -> float | None:
-    """The rate of the pageable floor, where measured (pcie): a call's bytes go at the slower of PCIe
-    both ways and the host's staging copies."""
-    rates = [r["gbps"] for r in run.rows if r["suite"] == "pcie" and r.get("gbps")
-             and r["name"] in ("pinned both ways", "host copy into pinned")]
-    return min(rates) if rates else None
+def _rate(run, name: str) -> float | None:
+    return next((r["gbps"] for r in run.rows if r["suite"] == "pcie" and r["name"] == name and r.get("gbps")), None)
+
+
+def rates_measured(run) -> bool:
+    return _rate(run, "pinned both ways") is not None and _rate(run, "host copy into pinned") is not None
+
+
+def floor_ms(run, call_bytes: int, staged_bytes: int) -> float | None:
+    """The pageable floor of a numpy call, where its rates were measured (pcie): the larger of its
+    bytes (inputs and output) over PCIe both ways, and of the bytes it stages over the host's copy
+    rate into pinned memory. The inputs are staged; a new result of RESULT_BYTES or more comes
+    down into a pooled pinned block by DMA, unstaged."""
+    both, host_copy = _rate(run, "pinned both ways"), _rate(run, "host copy into pinned")
+    if not both or not host_copy:
+        return None
+    return max(call_bytes / (both * 1e6), staged_bytes / (host_copy * 1e6))
+
+
+def staged_bytes(n: int, in_bytes: int, out_bytes: int) -> int:
+    """What a numpy call of n elements stages: its inputs, and its result where that is too small for
+    the pinned pool (pinned.RESULT_BYTES)."""
+    return in_bytes + (out_bytes if out_bytes < pinned.RESULT_BYTES else 0)
 
 
 def measure_case(run, table, case, n, xs) -> None:
     cpu_max = run.args.cpu_peers_max or CPU_PEERS_MAX
-    floor = floor_gbps(run)
+    out_bytes = n * dt.BY_NAME[case.out_dtype].itemsize
+    floor = floor_ms(run, case.bytes(n), staged_bytes(n, case.bytes(n) - out_bytes, out_bytes))
     fns = {"pyew": functools.partial(table[case.name], **case.params)}
     for name, peer in run.peers.items():
         fn, why = peer.op(case)
@@ -172,7 +190,7 @@ def measure_case(run, table, case, n, xs) -> None:
             run.note(f"numpy: the CPU peers run up to {f_size(cpu_max)} elements (--cpu-peers-max raises it)")
     reps = run.args.numpy_repeat or (3 if run.args.quick else 5)
     for impl, fn in fns.items():
-        extra = {"floor_ms": case.bytes(n) / (floor * 1e6)} if impl == "pyew" and floor else {}
+        extra = {"floor_ms": floor} if impl == "pyew" and floor else {}
         how = functools.partial(host, functools.partial(fn, *xs), None, POINT_BUDGET_S, reps)
         row = run.measure("numpy", case.name, case.dtype, n, impl, how, _reserve(run), bytes=case.bytes(n),
                           out_dtype=case.out_dtype, arity=case.arity, default=case.default, **extra)
