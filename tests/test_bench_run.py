@@ -257,3 +257,23 @@ def test_without_the_benchmark_library(gpu, tmp_path, monkeypatch, capsys):
     run = harness.Run(cli.parse_args([]), io.StringIO())
     run.lib = mock.MagicMock(path=tmp_path / "libew.so")
     assert benchlib.get(run) == {} and "not used" in run.notes[0]
+
+
+def test_a_cached_formulas_host_time_is_timed_in_turns(fakes, tmp_path, monkeypatch):
+    """The fusion suite's host rows: evaluate, fuse and add, each side timed in turns with the others."""
+    from pyew import asarray, jit
+    if jit.unavailable():
+        pytest.skip(jit.unavailable())
+    args = cli.parse_args(["--quick", "--out", str(tmp_path), "--peers", "none"])
+    run = harness.Run(args, stream=io.StringIO())
+    turns = []
+    real = harness.alternate
+
+    def spy(run_, what, sides, rounds, clock):
+        turns.append((what, sorted(sides), rounds))
+        return real(run_, what, sides, rounds, clock)
+    monkeypatch.setattr(harness, "alternate", spy)
+    suite_fusion._host_times(run, kinds.table(), asarray(np.ones(1, np.float32)))
+    assert turns == [("fusion host", ["pyew.add", "pyew.evaluate", "pyew.fuse"], harness.HOST_ROUNDS)]
+    rows = {r["impl"]: r for r in run.rows if r["suite"] == "fusion host"}
+    assert set(rows) == {"pyew.add", "pyew.evaluate", "pyew.fuse"} and all(r["us_per_call"] > 0 for r in rows.values())

@@ -210,5 +210,6 @@ SUITES = (Suite(
               text="The transfer engine's small_bytes (one shot below it) is chosen from where streamed wins."),
         Table("numpy in, numpy out (per call)", "numpy", ("ms",), ("pyew", "numpy", "numexpr", "torch", "cupy"),
               fields=("floor_ms", "floor_ratio"),
-              text="The floor: the call's bytes (inputs + output) over the slower of the pinned both-ways "
-              "bandwidth and the host's multi-threaded copy rate into pinned memory."))),)
+              text="The floor: the larger of the call's bytes (inputs + output) over the pinned both-ways "
+              "bandwidth and its staged bytes (the inputs; a result of 128 KiB or more comes down into a "
+              "pooled pinned block) over the host's multi-threaded copy rate into pinned memory."))),)
