@@ -277,3 +277,17 @@ def test_a_cached_formulas_host_time_is_timed_in_turns(fakes, tmp_path, monkeypa
     assert turns == [("fusion host", ["pyew.add", "pyew.evaluate", "pyew.fuse"], harness.HOST_ROUNDS)]
     rows = {r["impl"]: r for r in run.rows if r["suite"] == "fusion host"}
     assert set(rows) == {"pyew.add", "pyew.evaluate", "pyew.fuse"} and all(r["us_per_call"] > 0 for r in rows.values())
+
+
+def test_torch_compile_first_call_is_timed_once_per_formula(gpu, tmp_path, capsys, monkeypatch):
+    """A formula measured at two sizes: torch.compile's second size recompiles for the new shape,
+    which is not a first call; one first-call row per formula."""
+    for case in suite_fusion.CASES.values():
+        monkeypatch.setitem(case, "sizes", (1 << 10, 1 << 12))
+    assert cli.main(["--quick", "--suites", "copy,fusion", "--sizes", "10,12", "--out", str(tmp_path), "--no-png",
+                     "--peers", "torch"]) == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    sizes = {r["n"] for r in doc["rows"] if r["suite"] == "fusion" and r["impl"] == "pyew" and r["n"]}
+    firsts = [r for r in doc["rows"] if r["suite"] == "fusion" and r["name"] == "first call"
+              and r["impl"] == "torch.compile"]
+    assert sizes == {1 << 10, 1 << 12} and sorted(r["formula"] for r in firsts) == sorted(suite_fusion.CASES)
