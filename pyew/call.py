@@ -93,13 +93,19 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
     for o, want in zip(operands, input_dtypes(kernel, len(operands))):
         if o.kind == SCALAR:
             scalar_value(o, want, op.name)         # refuses out-of-range values now, not at launch
-        elif o.info is not want and cast_entry(o.info, want) is None:
-            why = (f"the op's input {o.name!r} is always {want.name}" if o.name in fixed else
-                   f"the op runs in {want.name}")
-            raise TypeError(f"{op.name}: input {o.name!r} is {o.info.name} and {why}, but the library has no cast "
-                            f"from {o.info.name} to {want.name} (op to_{want.name}); convert the input first "
-                            f"(x.astype(np.{want.np.name})), or add the cast to a spec and rebuild")
+        else:
+            need_cast(o.info, want, op.name, o.name, f"the op's input {o.name!r} is always {want.name}"
+                      if o.name in fixed else f"the op runs in {want.name}")
     return Prepared(op, operands, kernel, shape, any(o.kind == DEVICE for o in operands))
+
+
+def need_cast(have: dt.DType, want: dt.DType, op: str, name: str, why: str) -> None:
+    """Refuse, before any GPU work, an input of a dtype the library has no cast from to the one the
+    call runs in (`why` says which that is)."""
+    if have is not want and cast_entry(have, want) is None:
+        raise TypeError(f"{op}: input {name!r} is {have.name} and {why}, but the library has no cast from "
+                        f"{have.name} to {want.name} (op to_{want.name}); convert the input first "
+                        f"(x.astype(np.{want.np.name})), or add the cast to a spec and rebuild")
 
 
 def keyword_hint(op: library.Op, extra: int) -> str:

@@ -83,10 +83,10 @@ def test_the_pageable_floor_counts_staged_bytes_over_the_host_copy_and_all_over_
     run = types.SimpleNamespace(rows=[{"suite": "pcie", "name": "pinned both ways", "gbps": 100.0},
                                       {"suite": "pcie", "name": "host copy into pinned", "gbps": 40.0}])
     n = 1 << 20                                  # float32 sigmoid: 4 MiB in, 4 MiB out (pooled)
-    staged = suite_numpy.staged_bytes(n, 4 * n, 4 * n)
+    staged = suite_numpy.staged_bytes(4 * n, 4 * n)
     assert staged == 4 * n
     assert suite_numpy.floor_ms(run, 8 * n, staged) == pytest.approx(4 * n / 40e6)
-    assert suite_numpy.staged_bytes(16, 64, 64) == 128            # a 64-byte result is staged
+    assert suite_numpy.staged_bytes(64, 64) == 128                # a 64-byte result is staged
     fast_host = types.SimpleNamespace(rows=[dict(run.rows[0]), dict(run.rows[1], gbps=400.0)])
     assert suite_numpy.floor_ms(fast_host, 8 * n, staged) == pytest.approx(8 * n / 100e6)   # PCIe-bound
     assert suite_numpy.floor_ms(types.SimpleNamespace(rows=run.rows[:1]), 8 * n, staged) is None

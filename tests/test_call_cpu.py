@@ -106,6 +106,18 @@ def test_device_calls_and_astype(fakes, rng):
 
 
 @needs_lib
+def test_scatter_add_and_dot_refuse_an_inconvertible_dtype_before_any_gpu_work(fakes):
+    dst = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match=r"scatter_add: input 'src' is uint32 and dst is float32, but the library "
+                                        r"has no cast from uint32 to float32 \(op to_float32\); convert the input"):
+        pyew.scatter_add(dst, np.array([0]), np.array([1], np.uint32))
+    assert (dst == 0).all()
+    with pytest.raises(TypeError, match=r"dot: input 'a' is uint32 and the dot runs in float64, but the library "
+                                        r"has no cast from uint32 to float64"):
+        pyew.dot(np.ones(3, np.uint32), np.ones(3, np.float32))
+
+
+@needs_lib
 def test_relu_mask_streams_its_bitmask(fakes, rng):
     n = 100_000 + 5
     x = rng.standard_normal(n).astype(np.float32)

@@ -99,7 +99,7 @@ def _numpy(run, table) -> None:
     n = _sizes(run, (1 << 26,))[0]
     if not suite_numpy.rates_measured(run):        # unless the numpy suite measured its rates
         suite_numpy.pcie(run)
-    floor_ms = suite_numpy.floor_ms(run, 16 * n, suite_numpy.staged_bytes(n, 12 * n, 4 * n))
+    floor_ms = suite_numpy.floor_ms(run, 16 * n, suite_numpy.staged_bytes(12 * n, 4 * n))
     xs = {c: random_host_n(run.rng, "float32", n) for c in "xwb"}
     calls = {"pyew": functools.partial(evaluate, GELU, xs),
              "pyew op by op": functools.partial(CASES[GELU]["ops"], table, **xs)}

@@ -169,16 +169,16 @@ def floor_ms(run, call_bytes: int, staged_bytes: int) -> float | None:
     return max(call_bytes / (both * 1e6), staged_bytes / (host_copy * 1e6))
 
 
-def staged_bytes(n: int, in_bytes: int, out_bytes: int) -> int:
-    """What a numpy call of n elements stages: its inputs, and its result where that is too small for
-    the pinned pool (pinned.RESULT_BYTES)."""
+def staged_bytes(in_bytes: int, out_bytes: int) -> int:
+    """What a numpy call stages: its inputs, and its result where that is too small for the pinned
+    pool (pinned.RESULT_BYTES)."""
     return in_bytes + (out_bytes if out_bytes < pinned.RESULT_BYTES else 0)
 
 
 def measure_case(run, table, case, n, xs) -> None:
     cpu_max = run.args.cpu_peers_max or CPU_PEERS_MAX
     out_bytes = n * dt.BY_NAME[case.out_dtype].itemsize
-    floor = floor_ms(run, case.bytes(n), staged_bytes(n, case.bytes(n) - out_bytes, out_bytes))
+    floor = floor_ms(run, case.bytes(n), staged_bytes(case.bytes(n) - out_bytes, out_bytes))
     fns = {"pyew": functools.partial(table[case.name], **case.params)}
     for name, peer in run.peers.items():
         fn, why = peer.op(case)

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import call, library
 from .. import runtime as rt
-from ..array import Buffer, DeviceArray, cast, cast_entry, lookup_dtype
+from ..array import Buffer, DeviceArray, cast, lookup_dtype
 from ..operands import DEVICE, result_dtype
 from . import OUT_STREAM, P, binder, make_function
 
@@ -26,11 +26,8 @@ class DotOp:
         entry = call.kernel_for(self.op, info, "fast")
         if len(ao.shape) != 1 or len(bo.shape) != 1 or ao.shape != bo.shape:
             raise ValueError(f"{op}: a and b must be 1-D of one length, got shapes {ao.shape} and {bo.shape}")
-        for name, o in (("a", ao), ("b", bo)):       # before any GPU work
-            if o.info is not info and cast_entry(o.info, info) is None:
-                raise TypeError(f"{op}: {name} is {o.info.name} and the dot runs in {info.name}, and the library "
-                                f"has no cast from {o.info.name} to {info.name} (op to_{info.name}): convert it "
-                                f"with .astype() first")
+        for name, o in (("a", ao), ("b", bo)):
+            call.need_cast(o.info, info, op, name, f"the dot runs in {info.name}")
         device = ao.kind == DEVICE or bo.kind == DEVICE or call.device_out(out, s, op) is not None
         if out is not None:
             o = call.device_out(out, s, op) if device else out

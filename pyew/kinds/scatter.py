@@ -6,7 +6,7 @@ import numpy as np
 from .. import call, library
 from .. import dtypes as dt
 from .. import runtime as rt
-from ..array import Buffer, DeviceArray, cast, cast_entry
+from ..array import Buffer, DeviceArray, cast
 from ..operands import DEVICE, HOST
 from . import P, binder, make_function
 
@@ -35,10 +35,7 @@ class ScatterAddOp:
         if tok is None:
             raise TypeError(f"{op}: index has dtype {io.info.name}; it must be int32 or int64")
         entry = call.kernel_for(self.op, info, f"index_{tok}")
-        if so.info is not info and cast_entry(so.info, info) is None:     # before any GPU work
-            raise TypeError(f"{op}: src is {so.info.name} and dst {info.name}, and the library has no cast from "
-                            f"{so.info.name} to {info.name} (op to_{info.name}): convert src with "
-                            f".astype(dst.dtype) first")
+        call.need_cast(so.info, info, op, "src", f"dst is {info.name}")
         if len(do.shape) != 1 or len(io.shape) != 1 or so.shape != io.shape:
             raise ValueError(f"{op}: dst must be 1-D and index and src 1-D of one length, got shapes "
                              f"dst {do.shape}, index {io.shape}, src {so.shape}")
