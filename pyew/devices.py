@@ -40,14 +40,26 @@ class DeviceProps:
         return self.sms, self.launch_threads_per_sm
 
 
-def _no_device(why: str) -> NoDeviceError:
-    hint = ""
-    if "InsufficientDriver" in why:     # the driver is older than the CUDA runtime cuda-python brings
-        hint = (" The NVIDIA driver is older than the CUDA version of the installed cuda-python: update the driver "
-                "(CUDA 13 needs R580 or newer), or install cuda-python of the driver's CUDA version (for a CUDA 12 "
-                "driver: pip install 'cuda-python>=12.6.1,<13').")
+def _no_device(why: str, hint: str = "") -> NoDeviceError:
     return NoDeviceError(f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this.{hint} "
                          "import pyew and pyew.ops() work without one.")
+
+
+def _driver_hint(rt) -> str:
+    """Where the runtime finds the driver too old: a driver there (version above 0) older than the
+    CUDA of the installed cuda-python, not a machine without one."""
+    try:
+        driver = int(rt.cudaDriverGetVersion()[1])
+        runtime = int(rt.cudaRuntimeGetVersion()[1])
+    except Exception:
+        return ""
+    if not driver or driver >= runtime:
+        return ""
+    major = driver // 1000
+    lowest = "12.6.1" if major == 12 else str(major)          # pyew needs cuda.bindings (12.6.1 on)
+    return (f" The NVIDIA driver runs CUDA {major}.{driver % 1000 // 10}, older than the CUDA "
+            f"{runtime // 1000}.{runtime % 1000 // 10} of the installed cuda-python: update the driver, or "
+            f"install cuda-python {major} (pip install 'cuda-python>={lowest},<{major + 1}').")
 
 
 class CudaDevices(cudart.Calls):
@@ -59,7 +71,8 @@ class CudaDevices(cudart.Calls):
             raise NoDeviceError(cudart.NO_CUDA_PYTHON)
         err, n = self.rt.cudaGetDeviceCount()
         if int(err) != 0 or n == 0:
-            raise _no_device(cudart.error_name(err) if int(err) != 0 else "no CUDA devices")
+            name = cudart.error_name(err) if int(err) != 0 else "no CUDA devices"
+            raise _no_device(name, _driver_hint(self.rt) if "InsufficientDriver" in name else "")
         return n
 
     def open(self, ordinal: int) -> DeviceProps:

@@ -259,3 +259,22 @@ def test_to_device_orders_the_source_after_the_copy(two, monkeypatch):
     x = on_gpu(np.ones(8, np.float32), 0)
     x.to_device(1)
     assert waits == [(1, 0), (0, 1)]        # the copy after x's work; x's next work after the copy
+
+
+def test_a_too_old_driver_is_named_and_no_driver_is_not_called_old():
+    """cudaErrorInsufficientDriver comes both from a driver older than cuda-python's CUDA and from
+    a machine without a driver: only the first gets the advice to update it."""
+    from pyew import devices
+
+    class Rt:
+        def __init__(self, driver):
+            self.driver = driver
+
+        def cudaDriverGetVersion(self):
+            return 0, self.driver
+
+        def cudaRuntimeGetVersion(self):
+            return 0, 13000
+    old = devices._driver_hint(Rt(12040))
+    assert "driver runs CUDA 12.4, older than the CUDA 13.0" in old and "'cuda-python>=12.6.1,<13'" in old
+    assert devices._driver_hint(Rt(0)) == "" and devices._driver_hint(Rt(13000)) == ""
