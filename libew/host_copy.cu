@@ -10,6 +10,11 @@
 // assigned, so the caller starts copying at once and a worker still waking up takes whatever parts
 // are left.
 //
+// A copy in order (ew_host_copy_begin with `ordered`) goes in small parts claimed from its start, and
+// its caller asks how much of it is done from the start (ew_host_copy_ready) while the workers go
+// on: a staging copy whose bytes are sent up as they are staged, so the copy up trails the staging
+// by a part rather than following it.
+//
 // One copy at a time: a call that finds the workers busy (another thread's copy) copies alone.
 // Workers are plain pthreads, detached and never destroyed: nothing runs at process exit, and a
 // forked child, which has none of them, starts its own (pthread_atfork resets the pool there).
@@ -35,6 +40,8 @@ namespace {
 
 constexpr int kMaxWorkers = 63;
 constexpr int64_t kMinPart = int64_t(256) << 10;     // smaller parts cost more to hand off than they save
+constexpr int64_t kOrderedPart = int64_t(64) << 10;  // a copy in order: its prefix grows in small steps
+constexpr int kMaxParts = 1024;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -88,26 +95,28 @@ struct alignas(64) Sleeper {
   bool asleep = false;                 // under Pool::sleep_mutex
 };
 
-// The copy in progress: its parts are claimed one at a time by the caller and by whichever
-// workers are awake, so a worker that is slow to wake (or is preempted) delays the copy by at most
-// the part it holds. `claim` packs the copy's generation (high 32 bits) and how many of its parts
-// are still unclaimed (low 32 bits; the next part claimed is that count less one): a claim is a
-// compare-and-swap of the whole word, so a thread holding a stale generation fails it and never
-// reads the fields of a copy it has no part of, and the caller rewrites the fields only once every
-// part of the previous copy is done.
+// The copy in progress: its parts are claimed one at a time, from the first, by the caller and by
+// whichever workers are awake, so a worker that is slow to wake (or is preempted) delays the copy
+// by at most the part it holds. `claim` packs the copy's generation (high 32 bits) and how many of
+// its parts are still unclaimed (low 32 bits; the next part claimed is `parts` less that count): a
+// claim is a compare-and-swap of the whole word, so a thread holding a stale generation fails it
+// and never reads the fields of a copy it has no part of, and the caller rewrites the fields only
+// once every part of the previous copy is done. A part done stores the copy's generation in its
+// `finished` entry, so the caller sees which run from the start is done without clearing them.
 struct Pool {
   alignas(64) std::atomic<uint64_t> claim{0};
   char* dst = nullptr;
   const char* src = nullptr;
-  int64_t bytes = 0, per = 0;
+  int64_t bytes = 0, per = 0, parts = 0;
+  int64_t prefix = 0;                  // the caller's: parts done from the first, as last seen
   std::atomic<int> helpers{0};         // workers 0..helpers-1 take part in this copy
-  alignas(64) std::atomic<uint32_t> done{0};
   alignas(64) std::atomic<int64_t> spin_ns{200000};   // docs/tuning.md: longer spins slowed other threaded code
   std::atomic<int64_t> by_workers{0};  // parts the workers copied, in this process (ew_host_copy_stats)
-  int started = 0;                     // workers running in this process
+  std::atomic<int> started{0};         // workers running in this process
+  std::atomic<bool> busy{false};       // a copy is in progress (begun, not yet seen done by its caller)
   std::mutex sleep_mutex;
   Sleeper sleepers[kMaxWorkers];
-  std::mutex busy;                     // held by the copy in progress
+  std::atomic<uint32_t> finished[kMaxParts];
 };
 
 // The pool once made; the fork handler reads it here, not through pool(), whose initialization a
@@ -120,10 +129,10 @@ void reset_in_child() {
   Pool* q = made.load();
   if (q == nullptr) return;
   Pool& p = *q;
-  new (&p.busy) std::mutex();
+  p.busy.store(false);
   new (&p.sleep_mutex) std::mutex();
   for (Sleeper& s : p.sleepers) new (&s) Sleeper();
-  p.started = 0;
+  p.started.store(0);
   p.by_workers.store(0);
 }
 
@@ -139,22 +148,21 @@ Pool* pool() {
 
 uint32_t generation(uint64_t claim) { return uint32_t(claim >> 32); }
 
-// Claim and copy parts of copy `gen` until none is left; returns how many this thread copied. A
-// worker's parts are counted (ew_host_copy_stats) before they are marked done.
-uint32_t copy_parts(Pool& p, uint32_t gen, bool worker) {
-  uint32_t mine = 0;
+// Claim and copy one part of copy `gen`; false if none is left. A worker's parts are counted
+// (ew_host_copy_stats) before they are marked done.
+bool copy_one(Pool& p, uint32_t gen, bool worker) {
   uint64_t c = p.claim.load(std::memory_order_acquire);
   while (generation(c) == gen && uint32_t(c) > 0) {
     if (!p.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) continue;
-    const int64_t at = int64_t(uint32_t(c) - 1) * p.per;
+    const int64_t i = p.parts - int64_t(uint32_t(c));
+    const int64_t at = i * p.per;
     const int64_t n = p.bytes - at < p.per ? p.bytes - at : p.per;
     copy_bytes(p.dst + at, p.src + at, size_t(n));
     if (worker) p.by_workers.fetch_add(1, std::memory_order_relaxed);
-    p.done.fetch_add(1, std::memory_order_acq_rel);
-    ++mine;
-    c = p.claim.load(std::memory_order_acquire);
+    p.finished[i].store(gen, std::memory_order_release);
+    return true;
   }
-  return mine;
+  return false;
 }
 
 // A copy worker takes part in copy `gen` if its index is below the copy's helpers.
@@ -171,7 +179,8 @@ void* worker(void* arg) {
     if (gen != seen) {
       seen = gen;
       if (asked(p, index)) {           // a copy it is not asked for does not restart its spin
-        copy_parts(p, gen, true);
+        while (copy_one(p, gen, true)) {
+        }
         idle_since = now_ns();
       }
       spins = 0;
@@ -199,73 +208,103 @@ void* worker(void* arg) {
 
 // Workers 0..n-1 running; false if none could be started.
 bool ensure_workers(Pool& p, int n) {
-  if (p.started >= n) return true;
+  if (p.started.load() >= n) return true;
   // workers take no asynchronous signals (a profiler's, a terminal's): those go to the threads that
   // expect them; a fault in a worker's copy still reaches the process's handlers
   sigset_t all, old;
   sigfillset(&all);
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigdelset(&all, sig);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  while (p.started < n) {
+  while (p.started.load() < n) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     const size_t stack = size_t(256) << 10;
     pthread_attr_setstacksize(&attr, stack > size_t(PTHREAD_STACK_MIN) ? stack : size_t(PTHREAD_STACK_MIN));
     pthread_t t;
-    const int rc = pthread_create(&t, &attr, worker, reinterpret_cast<void*>(intptr_t(p.started)));
+    const int rc = pthread_create(&t, &attr, worker, reinterpret_cast<void*>(intptr_t(p.started.load())));
     pthread_attr_destroy(&attr);
     if (rc != 0) break;
-    ++p.started;
+    p.started.fetch_add(1);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return p.started > 0;
+  return p.started.load() > 0;
+}
+
+// The bytes of the copy in progress done from its start, once at least `want` are (or all are),
+// the caller copying parts meanwhile; the copy ends (the pool is free) once all are.
+int64_t ready(Pool& p, int64_t want) {
+  const uint32_t gen = generation(p.claim.load(std::memory_order_relaxed));
+  const int64_t since = now_ns();
+  for (unsigned spins = 0;; ++spins) {
+    while (p.prefix < p.parts && p.finished[p.prefix].load(std::memory_order_acquire) == gen) ++p.prefix;
+    const int64_t got = p.prefix * p.per < p.bytes ? p.prefix * p.per : p.bytes;
+    if (got >= want || p.prefix == p.parts) {
+      if (p.prefix == p.parts) p.busy.store(false, std::memory_order_release);
+      return got;
+    }
+    if (copy_one(p, gen, false)) continue;
+    // the parts still in flight; after 50 µs a worker preempted in the middle of one gets the core back
+    if ((spins & 63) == 63 && now_ns() - since > 50000) sched_yield();
+    else cpu_relax();
+  }
 }
 
 }  // namespace
 
-// Copy `bytes` from src to dst (not overlapping) with up to `threads` threads, the caller and
-// threads - 1 workers, taking parts of at least 256 KiB (four a thread at most). Returns the number
-// of parts.
-EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) {
+// Start copying `bytes` from src to dst (not overlapping) with up to `threads` threads, the caller
+// and threads - 1 workers: in parts of at least 256 KiB (four a thread at most), or with `ordered`
+// in parts of 64 KiB or more (at most 1024) claimed from the start. Returns 1 if the copy goes on
+// (the caller then calls ew_host_copy_ready until it returns `bytes`), 0 if it is done: nothing to
+// copy, or copied alone (one thread, no worker to be had, or the workers busy with another copy).
+EW_API int ew_host_copy_begin(void* dst, const void* src, int64_t bytes, int threads, int ordered) {
   if (bytes <= 0) return 0;
   Pool& p = *pool();
   const int64_t t = threads < 1 ? 1 : threads > kMaxWorkers + 1 ? kMaxWorkers + 1 : threads;
-  int64_t parts = bytes / kMinPart < 4 * t ? bytes / kMinPart : 4 * t;
+  int64_t parts = ordered ? (bytes + kOrderedPart - 1) / kOrderedPart
+                          : (bytes / kMinPart < 4 * t ? bytes / kMinPart : 4 * t);
+  if (parts > kMaxParts) parts = kMaxParts;
   int helpers = int(t < parts ? t : parts) - 1;
-  if (helpers < 1) {                   // alone: the workers stay free for a caller that asks for them
+  bool idle = false;
+  if (helpers < 1 || !p.busy.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
     copy_bytes(static_cast<char*>(dst), static_cast<const char*>(src), size_t(bytes));
-    return 1;
+    return 0;
   }
-  std::unique_lock<std::mutex> lock(p.busy, std::try_to_lock);
-  if (!lock.owns_lock() || !ensure_workers(p, helpers)) {
+  if (!ensure_workers(p, helpers)) {
+    p.busy.store(false, std::memory_order_release);
     copy_bytes(static_cast<char*>(dst), static_cast<const char*>(src), size_t(bytes));
-    return 1;
+    return 0;
   }
-  if (helpers > p.started) helpers = p.started;
+  if (helpers > p.started.load()) helpers = p.started.load();
   // equal parts, each starting on a 4 KiB boundary of the copy
   p.per = ((bytes + parts - 1) / parts + 4095) / 4096 * 4096;
-  parts = (bytes + p.per - 1) / p.per;
+  p.parts = parts = (bytes + p.per - 1) / p.per;
+  p.prefix = 0;
   p.dst = static_cast<char*>(dst);
   p.src = static_cast<const char*>(src);
   p.bytes = bytes;
   p.helpers.store(helpers, std::memory_order_relaxed);
-  p.done.store(0, std::memory_order_relaxed);
   const uint32_t gen = generation(p.claim.load()) + 1;
   p.claim.store(uint64_t(gen) << 32 | uint64_t(parts));     // publishes the fields above
-  {
-    std::lock_guard<std::mutex> g(p.sleep_mutex);
-    for (int i = 0; i < helpers; ++i)
-      if (p.sleepers[i].asleep) p.sleepers[i].wake.notify_one();
-  }
-  copy_parts(p, gen, false);
-  // the parts still in flight; after 50 µs a worker preempted in the middle of one gets the core back
-  const int64_t since = now_ns();
-  for (unsigned spins = 0; p.done.load(std::memory_order_acquire) < uint32_t(parts); ++spins) {
-    if ((spins & 63) == 63 && now_ns() - since > 50000) sched_yield();
-    else cpu_relax();
-  }
-  return int(parts);
+  std::lock_guard<std::mutex> g(p.sleep_mutex);
+  for (int i = 0; i < helpers; ++i)
+    if (p.sleepers[i].asleep) p.sleepers[i].wake.notify_one();
+  return 1;
+}
+
+// The bytes of the copy ew_host_copy_begin started done from its start: at least `want` of them,
+// or all; the caller copies parts while it waits. Only the thread that began the copy calls it.
+EW_API int64_t ew_host_copy_ready(int64_t want) { return ready(*pool(), want); }
+
+// Copy `bytes` from src to dst (not overlapping) with up to `threads` threads (ew_host_copy_begin).
+// Returns the number of parts.
+EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) {
+  if (bytes <= 0) return 0;
+  if (!ew_host_copy_begin(dst, src, bytes, threads, 0)) return 1;
+  Pool& p = *pool();
+  const int parts = int(p.parts);
+  ready(p, bytes);
+  return parts;
 }
 
 // How long a worker spins after its last part before it sleeps (0: sleep at once). Returns the
@@ -289,8 +328,7 @@ EW_API int ew_host_copy_streaming(int on) {
 // copied (the callers copied the rest).
 EW_API int ew_host_copy_stats(int64_t* out) {
   Pool& p = *pool();
-  std::lock_guard<std::mutex> g(p.busy);
-  out[0] = p.started;
+  out[0] = p.started.load();
   out[1] = p.by_workers.load();
   return 0;
 }

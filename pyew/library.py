@@ -249,6 +249,10 @@ class Library:
         # of the GIL while they run
         self.host_copy = self._declare("ew_host_copy", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                                         ctypes.c_int])
+        self.host_copy_begin = self._declare("ew_host_copy_begin", [ctypes.c_void_p, ctypes.c_void_p,
+                                                                    ctypes.c_int64, ctypes.c_int, ctypes.c_int])
+        self.host_copy_ready = self._declare("ew_host_copy_ready", [ctypes.c_int64])
+        self.host_copy_ready.restype = ctypes.c_int64
         # cuda-python may hold the GIL in blocking waits; these ctypes calls never do
         ev_sync = self._declare("ew_event_synchronize", [ctypes.c_void_p])
         st_sync = self._declare("ew_stream_synchronize", [ctypes.c_void_p])

@@ -15,7 +15,7 @@ the array's size, and arrays larger than the GPU's memory work.
 
 Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream
 (a call's results, in parts, on a second stream), their host copies split over libew's spinning
-copy threads (libew/host_copy.cu).
+copy threads (libew/host_copy.cu), a large input sent up in runs as they finish staging it.
 Page-locked operands of 128 KiB or more (pyew.empty_pinned's, and new numpy results, which come
 from the same pool: pinned.for_result) are copied by DMA in place, without staging.
 Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
@@ -401,7 +401,7 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, piece: int = 0, down: _Lane | None = None, period: int = 0,
+          settle=None, copy=np.copyto, send: Callable | None = None, down: _Lane | None = None, period: int = 0,
           scales: Sequence[int] = ()) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
     (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
@@ -412,8 +412,8 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     others are staged through buf from offset start, one after another at 256-byte boundaries.
 
     Staged inputs that follow each other in both memories go up in one copy, queued once staged;
-    with `piece`, a C-ordered input of _PIECES pieces of that size or more goes up in _PIECES
-    pieces, each queued as soon as it is staged, so it crosses PCIe while the next is staged.
+    with `send` (_send), a large C-ordered input is staged and sent up by it, its copy up trailing
+    its staging.
     With `down` (a second stream of the GPU) and a `period`, a call of C-ordered operands,
     launch(ptrs, n) taking any run of whole periods of them, goes in parts: each part's inputs are
     staged and sent up, its kernel queued, and its outputs sent down on `down` while the next part
@@ -436,16 +436,16 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
             for lo, hi in parts:
                 for f, dp, o, e in zip(flats, ptrs, offs, scales):
                     if e:
-                        _up_range(f, dp, o, lo // e, hi // e, buf, stream_cu, copy)
+                        _up_range(f, dp, o, lo // e, hi // e, buf, stream_cu, copy, send)
                     elif not lo:
-                        _up_range(f, dp, o, 0, f.size, buf, stream_cu, copy)
+                        _up_range(f, dp, o, 0, f.size, buf, stream_cu, copy, send)
                 launch([p + lo // e * b if e else p for p, b, e in zip(ptrs, sizes, every)], hi - lo)
                 down.follow(stream_cu)
                 for home, dp, b in zip(homes, ptrs[k:], sizes[k:]):
                     rt.copy_dtoh(home + lo * b, dp + lo * b, (hi - lo) * b, down.stream)
             rt.stream_synchronize(down.stream)
         else:
-            _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece)
+            _up_all(ins, ptrs, offs, buf, stream_cu, copy, send)
             if launch is not None:
                 launch(ptrs, outs[0].size if outs else 0)
             for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
@@ -467,9 +467,9 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
             copy(v, buf.array(o, v.dtype, v.shape))
 
 
-def _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece: int) -> None:
+def _up_all(ins, ptrs, offs, buf, stream_cu, copy, send) -> None:
     """The inputs of a block in one part: direct ones by DMA, staged runs that follow each other
-    in both memories in one copy, and large C-ordered ones in _PIECES pieces (see _move)."""
+    in both memories in one copy, and large C-ordered ones through `send` (see _move)."""
     pending = []                 # a staged run not queued yet [device, host, bytes]
 
     def up(run):
@@ -481,12 +481,9 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece: int) -> None:
         if o is None:
             pending = up(pending)
             rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
-        elif piece and v.nbytes >= _PIECES * piece and v.flags.c_contiguous:
+        elif send is not None and v.nbytes >= _SPLIT_COPY_BYTES and v.flags.c_contiguous:
             pending = up(pending)
-            f, n = v.reshape(-1), v.size
-            step = -(-n // _PIECES)
-            for lo in range(0, n, step):
-                _up_range(f, dp, o, lo, min(n, lo + step), buf, stream_cu, copy)
+            send(buf.array(o, v.dtype, v.shape), v, dp, stream_cu)
         else:
             copy(buf.array(o, v.dtype, v.shape), v)
             end = _round(pending[2]) if pending else 0
@@ -498,14 +495,18 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, copy, piece: int) -> None:
     up(pending)
 
 
-def _up_range(flat: np.ndarray, dp: int, o, lo: int, hi: int, buf, stream_cu, copy) -> None:
+def _up_range(flat: np.ndarray, dp: int, o, lo: int, hi: int, buf, stream_cu, copy, send) -> None:
     """Elements [lo, hi) of a C-ordered input up to dp + lo: by DMA from it (o None), else staged
-    at buf offset o + lo first."""
+    at buf offset o + lo first (by `send`, where given)."""
     b = flat.itemsize
     if o is None:
         rt.copy_htod(dp + lo * b, flat.ctypes.data + lo * b, (hi - lo) * b, stream_cu)
         return
-    copy(buf.array(o + lo * b, flat.dtype, (hi - lo,)), flat[lo:hi])
+    staged = buf.array(o + lo * b, flat.dtype, (hi - lo,))
+    if send is not None:
+        send(staged, flat[lo:hi], dp + lo * b, stream_cu)
+        return
+    copy(staged, flat[lo:hi])
     rt.copy_htod(dp + lo * b, buf.ptr + o + lo * b, (hi - lo) * b, stream_cu)
 
 
@@ -590,7 +591,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         with _small_lock:
             start = _upload_region(nbytes)
             if start is not None:       # queued, not waited for: the region stays taken until its copy ran
-                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy, piece=_PIECE_BYTES,
+                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy, send=_send,
                       settle=lambda: _upload_queued(start, nbytes, stream))
                 return
     if pinned.is_direct(host) if small else (flat is not None and pinned.is_pinned(host)):
@@ -599,7 +600,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     if small and not up:
         with _small_lock:
             if _small_buffer(_round(nbytes)) is not None:
-                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy, piece=_PIECE_BYTES)
+                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy, send=_send)
                 return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
@@ -994,7 +995,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, views)
-            _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, piece=_PIECE_BYTES, here=here,
+            _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, send=_send, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
                   down=_down_stream(stream.ordinal) if split else None, period=period, scales=scales)
         finally:
@@ -1014,7 +1015,7 @@ def _size_class(n: int) -> int:
 
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
 _DRIVER_COPY_BYTES = 512 << 10    # one-shot operands CUDA copies from and to pageable memory itself (docs/tuning.md)
-_PIECE_BYTES, _PIECES = 4 << 20, 4  # one-shot inputs of 16 MiB or more go up in 4 pieces (docs/tuning.md)
+_SEND_STEP = 1 << 20              # a staged input goes up in copies of at least 1 MiB, 16 at most (docs/tuning.md)
 _COPY_THREADS = 8                  # more threads copied no faster on the hosts measured (docs/tuning.md)
 
 
@@ -1027,9 +1028,36 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     thread alone where the limits or the host allow one thread). libew stores past the CPU's
     caches, so the copy up of staged bytes reads them from memory, not from the caches of the
     threads that wrote them."""
-    n = dst.nbytes
-    if (n < _SPLIT_COPY_BYTES or dst.dtype != src.dtype or dst.shape != src.shape
-            or not (dst.flags.c_contiguous and src.flags.c_contiguous)):
+    if not _native_copy(dst, src):
         np.copyto(dst, src)
         return
-    library.get().host_copy(dst.ctypes.data, src.ctypes.data, n, min(_limits.threads, _copy_threads))
+    library.get().host_copy(dst.ctypes.data, src.ctypes.data, dst.nbytes, min(_limits.threads, _copy_threads))
+
+
+def _native_copy(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether libew copies src into dst: both one C-ordered run of one dtype, and large."""
+    return (dst.nbytes >= _SPLIT_COPY_BYTES and dst.dtype == src.dtype and dst.shape == src.shape
+            and dst.flags.c_contiguous and src.flags.c_contiguous)
+
+
+def _send(dst: np.ndarray, src: np.ndarray, dptr: int, stream_cu) -> None:
+    """Stage src into dst (pinned) and queue its copy up to dptr. libew's copy workers stage it in
+    order from its start while this thread queues each run they have finished, so the copy up
+    trails the staging by a run instead of following it whole (docs/tuning.md). Every byte is
+    staged before this returns or raises: the buffer may be reused then."""
+    base, n = dst.ctypes.data, dst.nbytes
+    lib = library.get()
+    if not _native_copy(dst, src):
+        np.copyto(dst, src)
+    elif lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
+        step, sent = max(_SEND_STEP, -(-n // 16)), 0
+        try:
+            while sent < n:
+                got = lib.host_copy_ready(min(n, sent + step))
+                rt.copy_htod(dptr + sent, base + sent, got - sent, stream_cu)
+                sent = got
+        finally:
+            if sent < n:
+                lib.host_copy_ready(n)
+        return
+    rt.copy_htod(dptr, base, n, stream_cu)

@@ -232,3 +232,33 @@ def test_staging_copy_matches_numpy(lib, case, threads, monkeypatch):
     # libew's copy only where both sides are one C-ordered run of one dtype, and large
     assert bool(native) == (case == "contiguous")
     assert all(a[3] == min(threads, transfer.transfer_limits()["threads"]) for a in native)
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096 + 3, 64 * KIB, 64 * KIB + 1, 3 * 1024 * KIB + 13, 80 * 1024 * KIB + 5])
+def test_a_copy_in_order_tells_how_far_it_is_done(lib, nbytes):
+    """A copy begun in order reports the bytes done from its start: at least what is asked for,
+    growing, every reported byte already in place; another copy meanwhile (the workers busy) is
+    done alone and exact; once all is done the workers take the next copy."""
+    rng = np.random.default_rng(nbytes)
+    src = rng.integers(0, 256, nbytes + 3, dtype=np.uint8)[3:]
+    dst = np.full(nbytes + 64, 0xA5, np.uint8)
+    other_src = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+    other = np.zeros_like(other_src)
+    going = lib.host_copy_begin(dst[17:].ctypes.data, src.ctypes.data, nbytes, 4, 1)
+    assert going == (nbytes > 64 * KIB), "a copy of one part is done at once"
+    done = nbytes if not going else 0
+    while done < nbytes:
+        if done == 0:      # a copy from another caller while this one goes on: alone, at once
+            assert lib.host_copy_begin(other.ctypes.data, other_src.ctypes.data, other.nbytes, 4, 1) == 0
+            np.testing.assert_array_equal(other, other_src)
+        want = min(nbytes, done + 100 * KIB)
+        got = lib.host_copy_ready(want)
+        assert want <= got <= nbytes
+        np.testing.assert_array_equal(dst[17:17 + got], src[:got])
+        done = got
+    np.testing.assert_array_equal(dst[17:17 + nbytes], src)
+    assert (dst[:17] == 0xA5).all() and (dst[17 + nbytes:] == 0xA5).all()
+    other[:] = 0
+    assert lib.host_copy_begin(other.ctypes.data, other_src.ctypes.data, other.nbytes, 4, 1) == 1
+    assert lib.host_copy_ready(other.nbytes) == other.nbytes
+    np.testing.assert_array_equal(other, other_src)

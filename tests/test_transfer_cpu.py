@@ -665,28 +665,43 @@ def libew():
         pytest.skip(f"libew.so not usable: {e}")
 
 
-def _one_shot_case(fake):
+def _one_shot_case(fake, monkeypatch):
     transfer.set_transfer_limits(pinned_bytes=256 << 20, device_bytes=64 << 20, threads=4, small_bytes=64 << 20)
+    monkeypatch.setattr(transfer, "_copy_threads", 2)        # the caller and a worker
     rng = np.random.default_rng(7)
-    big = rng.standard_normal((16 << 20) // 4 + 5).astype(np.float32)      # a little over 16 MiB: 4 pieces
+    big = rng.standard_normal((16 << 20) // 4 + 5).astype(np.float32)      # a little over 16 MiB
     small = rng.standard_normal(1000).astype(np.float32)
     return big, small
 
 
-def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeypatch):
-    """A one-shot call stages a large C-ordered input in pieces, each queued up before the next is
-    staged, and a small one goes up from its own memory; every element arrives once, in place, and
-    the results come back."""
-    big, small = _one_shot_case(fake)
-    fake.copy_log.clear()
-    queued_when_staged = []
-    staging = transfer._copy
+def _sends_log(libew, monkeypatch):
+    """What staging and queueing copies up did, in order: ("ready", bytes asked for, bytes staged
+    from the start), ("up", device pointer, host pointer, bytes). The staging seems to have reached
+    just what was asked for (it may be further: a loaded host's caller thread may see it done), so
+    the runs sent are the same on any host."""
+    log = []
+    ready, htod = libew.host_copy_ready, rt.copy_htod
 
-    def logged(dst, src):
-        queued_when_staged.append(len(fake.copy_log))
-        staging(dst, src)
+    def logged_ready(want):
+        got = min(want, ready(want))
+        log.append(("ready", want, got))
+        return got
 
-    monkeypatch.setattr(transfer, "_copy", logged)
+    def logged_up(dst, src, nbytes, stream):
+        log.append(("up", dst, src, nbytes))
+        htod(dst, src, nbytes, stream)
+
+    monkeypatch.setattr(libew, "host_copy_ready", logged_ready)
+    monkeypatch.setattr(rt, "copy_htod", logged_up)
+    return log
+
+
+def test_one_shot_inputs_go_up_as_they_are_staged(fake, libew, monkeypatch):
+    """A one-shot call stages a large C-ordered input in order on libew's copy threads and queues
+    each staged run's copy up before the rest is staged, never a byte not yet staged; a small input
+    goes up from its own memory; every element arrives once, in place, and the results come back."""
+    big, small = _one_shot_case(fake, monkeypatch)
+    log = _sends_log(libew, monkeypatch)
     seen = {}
 
     def launch(ins, outs, stream, n):
@@ -699,35 +714,43 @@ def test_one_shot_inputs_go_up_in_pieces_as_they_are_staged(fake, libew, monkeyp
     np.testing.assert_array_equal(seen["big"], big)
     np.testing.assert_array_equal(seen["small"], small)
     np.testing.assert_array_equal(res, big * 2)
-    up = [n for _, _, n in fake.copy_log[:-1]]          # the last copy is the result's, down
-    assert len(up) == 5 and sum(up) == big.nbytes + small.nbytes
-    assert up[-1] == small.nbytes and max(up[:4]) - min(up[:4]) < 4 * big.itemsize     # equal, less a remainder
-    assert fake.copy_log[4][1] == small.ctypes.data                  # not staged: CUDA copies it itself
-    # piece k was staged once the k pieces before it were queued; then the result staged back
-    assert queued_when_staged == [0, 1, 2, 3, 6]
+    ups = [e for e in log if e[0] == "up"]
+    assert ups[-1][2:] == (small.ctypes.data, small.nbytes)            # not staged: CUDA copies it itself
+    staged, sent, base = 0, 0, ups[0][1]
+    step = max(transfer._SEND_STEP, -(-big.nbytes // 16))
+    for e in log[:-1]:
+        if e[0] == "ready":
+            assert e[1] == min(big.nbytes, sent + step), "asked for more than the next run"
+            staged = e[2]
+            continue
+        _, dst, src, nbytes = e
+        assert dst == base + sent and sent + nbytes <= staged, "a copy up of bytes not yet staged"
+        sent += nbytes
+    assert sent == staged == big.nbytes and len(ups) - 1 == -(-big.nbytes // step)
 
 
-def test_a_staging_error_after_pieces_went_up(fake, libew, monkeypatch):
-    """A staging copy that fails after pieces were queued: the stream is waited for before the
-    buffers can be reused, nothing is launched, the error reaches the caller, and the next call is right."""
-    big, small = _one_shot_case(fake)
-    staging, calls = transfer._copy, []
+def test_a_copy_up_error_after_runs_went_up(fake, libew, monkeypatch):
+    """A copy up that fails after runs of a staged input were queued: the staging finishes, the
+    stream is waited for before the buffers can be reused, nothing is launched, the error reaches
+    the caller, and the next call is right."""
+    big, small = _one_shot_case(fake, monkeypatch)
+    log = _sends_log(libew, monkeypatch)
+    logged_up = rt.copy_htod
 
-    def failing(dst, src):
-        calls.append(1)
-        if len(calls) == 3:
-            raise MemoryError("staging failed")
-        staging(dst, src)
+    def failing(dst, src, nbytes, stream):
+        if sum(e[0] == "up" for e in log) == 2:
+            raise MemoryError("copy up failed")
+        logged_up(dst, src, nbytes, stream)
 
-    monkeypatch.setattr(transfer, "_copy", failing)
-    fake.copy_log.clear()
+    monkeypatch.setattr(rt, "copy_htod", failing)
     synced = len(fake.streams.synced)
     launched = []
-    with pytest.raises(MemoryError, match="staging failed"):
+    with pytest.raises(MemoryError, match="copy up failed"):
         transfer.one_shot([big, small], [np.empty_like(big)], lambda *a: launched.append(a), S)
-    assert len(fake.copy_log) == 2 and not launched
+    assert [e[0] for e in log].count("up") == 2 and not launched
+    assert log[-1][1:] == (big.nbytes, big.nbytes), "the staging was left running"
     assert len(fake.streams.synced) > synced
-    monkeypatch.setattr(transfer, "_copy", staging)
+    monkeypatch.setattr(rt, "copy_htod", logged_up)
 
     def launch(ins, outs, stream, n):
         device_view(outs[0], np.float32, big.shape)[...] = device_view(ins[0], np.float32, big.shape) + 1
@@ -786,9 +809,20 @@ def test_a_one_shot_call_in_parts_sends_each_part_down_on_a_second_stream(fake, 
     assert all(m % 256 == 0 for m in launches[:-1]) and launches[-1] < launches[0]
     expect = []
     for m in launches:
-        expect += [("up", S.cu, 4 * m)] * 2 + [("launch", S, m), ("record", S.cu), ("wait", down)]
-        expect.append(("down", down, 4 * m))
-    assert log == expect
+        expect += [("up", S.cu, 8 * m), ("launch", S, m), ("record", S.cu), ("wait", down), ("down", down, 4 * m)]
+    assert _ups_merged(log) == expect
+
+
+def _ups_merged(log):
+    """The log with each run of copies up on one stream as one copy of their bytes (a staged input
+    goes up in runs as it is staged)."""
+    out = []
+    for e in log:
+        if e[0] == "up" and out and out[-1][:2] == e[:2]:
+            out[-1] = ("up", e[1], out[-1][2] + e[2])
+        else:
+            out.append(e)
+    return out
 
 
 @pytest.mark.parametrize("case", ["small", "strided", "no parts"])
@@ -836,22 +870,22 @@ def test_an_error_in_a_later_part_waits_for_both_streams(fake, libew, monkeypatc
     rng = np.random.default_rng(5)
     n = transfer._OVERLAP_PARTS * transfer._OVERLAP_PART_BYTES // 4
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-    staging, calls = transfer._copy, []
+    staging, calls = transfer._send, []
 
-    def failing(dst, src):
+    def failing(dst, src, dptr, stream):
         calls.append(1)
         if len(calls) == 5:                   # the first input of the third part
             raise MemoryError("staging failed")
-        staging(dst, src)
+        staging(dst, src, dptr, stream)
 
     log = _parts_log(fake, monkeypatch)
-    monkeypatch.setattr(transfer, "_copy", failing)
+    monkeypatch.setattr(transfer, "_send", failing)
     with pytest.raises(MemoryError, match="staging failed"):
         transfer.one_shot([a, b], [np.empty_like(a)], _add_parts(log), S, period=1)
     assert [e[0] for e in log].count("launch") == 2
     down = transfer._downs[S.ordinal].stream
     assert fake.streams.synced[-2:] == [S.cu, down]
-    monkeypatch.setattr(transfer, "_copy", staging)
+    monkeypatch.setattr(transfer, "_send", staging)
     res = np.full_like(a, np.nan)
     assert transfer.one_shot([a, b], [res], _add_parts(log), S, period=1)
     np.testing.assert_array_equal(res, a + b)
@@ -918,8 +952,9 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     so is one past the bound, or any small one of a call that goes in parts."""
     transfer.set_transfer_limits(pinned_bytes=64 << 20, small_bytes=32 << 20, threads=2)
     staged = []
-    copy = transfer._copy
+    copy, send = transfer._copy, transfer._send
     monkeypatch.setattr(transfer, "_copy", lambda d, s: (staged.append(s.nbytes), copy(d, s)))
+    monkeypatch.setattr(transfer, "_send", lambda d, s, p, st: (staged.append(s.nbytes), send(d, s, p, st)))
     limit = transfer._DRIVER_COPY_BYTES
 
     a = np.arange(limit // 4, dtype=np.float32)                           # at the bound
