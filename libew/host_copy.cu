@@ -114,6 +114,9 @@ struct Pool {
   std::atomic<int64_t> by_workers{0};  // parts the workers copied, in this process (ew_host_copy_stats)
   std::atomic<int> started{0};         // workers running in this process
   std::atomic<bool> busy{false};       // a copy is in progress (begun, not yet seen done by its caller)
+  std::atomic<uint32_t> nudge{0};      // ew_host_copy_wake's calls: workers 0..nudged-1 spin again
+  std::atomic<int> nudged{0};
+  std::atomic<int64_t> woken{0};       // workers a nudge woke, in this process (ew_host_copy_stats)
   std::mutex sleep_mutex;
   Sleeper sleepers[kMaxWorkers];
   std::atomic<uint32_t> finished[kMaxParts];
@@ -134,6 +137,7 @@ void reset_in_child() {
   for (Sleeper& s : p.sleepers) new (&s) Sleeper();
   p.started.store(0);
   p.by_workers.store(0);
+  p.woken.store(0);
 }
 
 Pool* pool() {
@@ -173,8 +177,14 @@ void* worker(void* arg) {
   const int index = int(reinterpret_cast<intptr_t>(arg));
   Sleeper& me = p.sleepers[index];
   uint32_t seen = generation(p.claim.load());      // copies started before this worker are not its own
+  uint32_t nudge_seen = p.nudge.load();
   int64_t idle_since = now_ns();
   for (unsigned spins = 0;; ++spins) {
+    const uint32_t nudge = p.nudge.load(std::memory_order_relaxed);
+    if (nudge != nudge_seen) {         // a copy is coming: its spin starts again
+      nudge_seen = nudge;
+      if (index < p.nudged.load(std::memory_order_relaxed)) idle_since = now_ns();
+    }
     const uint32_t gen = generation(p.claim.load(std::memory_order_acquire));
     if (gen != seen) {
       seen = gen;
@@ -190,14 +200,23 @@ void* worker(void* arg) {
       cpu_relax();
       continue;
     }
-    // Asleep until a copy asks for it: the caller sets nothing but the claim before it looks at
-    // `asleep`, under the same mutex, so a copy posted while this goes to sleep is seen below.
+    // Asleep until a copy asks for it or a nudge says one is coming: the caller sets nothing but
+    // the claim (or the nudge) before it looks at `asleep`, under the same mutex, so a copy posted
+    // while this goes to sleep is seen below.
     std::unique_lock<std::mutex> lock(p.sleep_mutex);
     me.asleep = true;
     for (;;) {
       const uint32_t g = generation(p.claim.load());
       if (g != seen && asked(p, index)) break;
       seen = g;
+      const uint32_t n = p.nudge.load();
+      if (n != nudge_seen) {
+        nudge_seen = n;
+        if (index < p.nudged.load()) {
+          p.woken.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+      }
       me.wake.wait(lock);
     }
     me.asleep = false;
@@ -307,6 +326,27 @@ EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) 
   return parts;
 }
 
+// Say that a copy with up to `threads` threads is coming: workers it would ask for that sleep are
+// woken and spin (ew_host_copy_spin_us) from now, so a caller that has work to do before the copy
+// (pyew's one-shot calls) does not wait for them to wake. Starts none. Returns how many it woke.
+EW_API int ew_host_copy_wake(int threads) {
+  Pool& p = *pool();
+  int helpers = (threads > kMaxWorkers + 1 ? kMaxWorkers + 1 : threads) - 1;
+  const int started = p.started.load();
+  if (helpers > started) helpers = started;
+  if (helpers < 1) return 0;
+  p.nudged.store(helpers, std::memory_order_relaxed);
+  p.nudge.fetch_add(1, std::memory_order_release);
+  int woke = 0;
+  std::lock_guard<std::mutex> g(p.sleep_mutex);
+  for (int i = 0; i < helpers; ++i)
+    if (p.sleepers[i].asleep) {
+      p.sleepers[i].wake.notify_one();
+      ++woke;
+    }
+  return woke;
+}
+
 // How long a worker spins after its last part before it sleeps (0: sleep at once). Returns the
 // previous value.
 EW_API int64_t ew_host_copy_spin_us(int64_t us) {
@@ -325,10 +365,11 @@ EW_API int ew_host_copy_streaming(int on) {
 }
 
 // What the copies have done in this process: out[0] the workers started, out[1] the parts they
-// copied (the callers copied the rest).
+// copied (the callers copied the rest), out[2] the workers ew_host_copy_wake woke.
 EW_API int ew_host_copy_stats(int64_t* out) {
   Pool& p = *pool();
   out[0] = p.started.load();
   out[1] = p.by_workers.load();
+  out[2] = p.woken.load();
   return 0;
 }

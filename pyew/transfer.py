@@ -974,6 +974,8 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     if sum(sizes) > _limits.small_bytes:
         return False
     k = len(inputs)
+    if max(sizes[:k], default=0) >= _SPLIT_COPY_BYTES:     # libew's copy threads stage it: awake by then
+        library.get().host_copy_wake(min(_limits.threads, _copy_threads))
     if period and outputs and not scales:
         scales = [1 if v.size == outputs[0].size else 0 for v in inputs]
     # a second stream only where _parts can split the call, which it sizes by the inputs of the

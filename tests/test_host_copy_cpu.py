@@ -24,13 +24,13 @@ def lib():
         pytest.skip(f"libew.so not usable: {e}")
 
 
-def _stats(lib) -> tuple[int, int]:
-    """(workers started, parts the workers copied) in this process."""
+def _stats(lib, woken: bool = False) -> tuple[int, ...]:
+    """(workers started, parts the workers copied) in this process, and the workers a nudge woke."""
     f = lib.cdll.ew_host_copy_stats
     f.restype, f.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int64)]
-    out = (ctypes.c_int64 * 2)()
+    out = (ctypes.c_int64 * 3)()
     assert f(out) == 0
-    return out[0], out[1]
+    return (out[0], out[1], out[2]) if woken else (out[0], out[1])
 
 
 def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0, pause=0.002) -> tuple[bool, bool]:
@@ -262,3 +262,23 @@ def test_a_copy_in_order_tells_how_far_it_is_done(lib, nbytes):
     assert lib.host_copy_begin(other.ctypes.data, other_src.ctypes.data, other.nbytes, 4, 1) == 1
     assert lib.host_copy_ready(other.nbytes) == other.nbytes
     np.testing.assert_array_equal(other, other_src)
+
+
+def test_a_nudge_wakes_sleeping_workers_before_a_copy(lib, spin):
+    """ew_host_copy_wake wakes the workers a copy of that many threads would ask for, and only
+    those that sleep (none with one thread); a copy right after is exact."""
+    spin(0)                                  # workers sleep as soon as they finish a part
+    _copy_into_middle(lib, 4 * 1024 * KIB, 4, np.random.default_rng(3))
+    assert lib.host_copy_wake(1) == 0
+    deadline = time.monotonic() + 10
+    woke = 0
+    while not woke and time.monotonic() < deadline:
+        time.sleep(0.01)                     # every worker asleep by now, most likely
+        before = _stats(lib, woken=True)[2]
+        woke = lib.host_copy_wake(4)
+    assert 1 <= woke <= 3, "no sleeping worker to wake"
+    while _stats(lib, woken=True)[2] < before + woke and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert _stats(lib, woken=True)[2] >= before + woke, "a worker notified did not wake"
+    used, src, dst = _copy_into_middle(lib, 2 * 1024 * KIB, 4, np.random.default_rng(4))
+    np.testing.assert_array_equal(dst[17:17 + src.size], src)
