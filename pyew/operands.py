@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import struct
 from dataclasses import dataclass
 
@@ -339,10 +338,3 @@ def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]):
         i -= 1
     return tuple(shp), [tuple(s) for s in sts]
 
-
-def size_of(shape) -> int:
-    return math.prod(shape)
-
-
-def is_number(v) -> bool:
-    return isinstance(v, (numbers.Number, np.generic))
