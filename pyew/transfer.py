@@ -516,7 +516,7 @@ _OVERLAP_PARTS = 4
 
 def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[int, int]]:
     """The element ranges a call goes in with copies up and down overlapping (see _move), each a
-    run of whole periods; [] for one part: no second stream or period, operands that are not
+    run of whole periods, the last the shortest; [] for one part: no second stream or period, operands that are not
     C-ordered, an input whose length does not fit its scale and the period, or too few bytes for
     parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
     if down is None or not period or not ins or not outs:
@@ -533,11 +533,12 @@ def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[in
     if k < 2:
         return []
     unit = math.lcm(period, _ALIGN)     # whole periods in whole 256-element runs: parts stay vector-aligned
-    per = -(-n // k)
-    step = -(-per // unit) * unit
-    if step >= n:
-        return []
-    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+    # the last part is half of an equal one: its copy up, kernel and copy down are what is left to
+    # wait for once every part is queued (docs/tuning.md)
+    per = (n - n // (2 * k)) / (k - 1)
+    cuts = sorted({-(-int(i * per) // unit) * unit for i in range(1, k)} - {0})
+    bounds = [0, *(c for c in cuts if c < n), n]
+    return list(zip(bounds, bounds[1:])) if len(bounds) > 2 else []
 
 
 def _part_count(largest_input: int) -> int:

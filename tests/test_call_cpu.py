@@ -3,6 +3,8 @@ collapsing as pure functions, then whole op calls through the real call pipeline
 engine over stand-ins for the CUDA runtime and the kernels (tests/fake_cuda.py, fake_kernels.py)."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -587,7 +589,7 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
     classified, parts = [], []
     prepare, split = call.prepare, transfer._parts
     monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
-    monkeypatch.setattr(transfer, "_parts", lambda *a: parts.append(split(*a)) or parts[-1])
+    monkeypatch.setattr(transfer, "_parts", lambda *a: parts.append((a[3], split(*a))) or parts[-1][1])
     old = pyew.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
     try:
         for v in (2.0, -0.5, 3.0):
@@ -602,11 +604,12 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
         pyew.set_transfer_limits(**old)
     assert classified == ["mul", "mul", "add", "add", "clip", "clip", "add"]
     n = x.size
-    for runs in parts:
+    for period, runs in parts:
         if runs:
             assert runs[0][0] == 0 and runs[-1][1] == n and all(a[1] == b_[0] for a, b_ in zip(runs, runs[1:]))
-            assert all(lo % (128 * 1024) == 0 for lo, _ in runs)
-    assert sum(1 for r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 6
+            assert all(lo % math.lcm(period, 256) == 0 for lo, _ in runs)
+    assert {p for p, runs in parts if runs} >= {1, 128 * 1024}        # numbers, and rows of (128, 1024)
+    assert sum(1 for _, r in parts if len(r) == transfer._OVERLAP_PARTS) >= 3 * 6
     # size-1 operands are rows too, an outer product a column and a row, a channel bias a row; a
     # middle broadcast of an operand with the result's first dim, a 0-d array or n = 0 are not
     shapes = {((3,), (1,)): 1, ((1, 2, 1), (1,)): 1, ((3,), ()): 3, ((), (6, 2)): 3, ((1, 1), (1, 3)): 1,

@@ -989,7 +989,8 @@ def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
         device_view(outs[0], np.float64, (n,))[...] = x + y
     assert transfer.one_shot([big, small], [out], add_both, S, period=1)
     np.testing.assert_array_equal(out, big + 1)
-    assert staged == [big.nbytes // 2, small.nbytes // 2] * 2 + [out.nbytes]       # the result staged back whole
+    # 3 parts in 4, then the last, the shorter; the result staged back whole
+    assert staged == [3 * big.nbytes // 4, 3 * small.nbytes // 4, big.nbytes // 4, small.nbytes // 4, out.nbytes]
 
 
 def test_the_threads_default_counts_the_cpus_the_process_may_run_on(monkeypatch):
@@ -1140,3 +1141,25 @@ def test_one_shot_scratch_comes_in_a_few_sizes_per_power_of_two():
         c = transfer._size_class(int(n))
         assert n <= c <= n * 1.125
     assert transfer._size_class(4096) == 4096 and transfer._size_class(1 << 20) == 1 << 20
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4])
+@pytest.mark.parametrize("period", [1, 768, 4096])
+def test_parts_are_whole_periods_the_last_half_of_the_others(parts, period):
+    """A call in k parts: runs of whole periods and whole 256-element runs that cover it once, in
+    order, the first k - 1 about equal and the last about half of an equal share (its copies are
+    the call's tail); a call of too few periods for k parts gives fewer, never an empty one."""
+    lane = transfer._Lane.__new__(transfer._Lane)      # _parts only asks whether there is a second stream
+    per_part = transfer._OVERLAP_PART_BYTES // 4
+    n = (parts * per_part + 4096 * 3) // math.lcm(period, 256) * math.lcm(period, 256)
+    x = np.empty(n, np.float32)
+    got = transfer._parts([x], [x], lane, period, [1])
+    assert len(got) == parts and got[0][0] == 0 and got[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+    unit = math.lcm(period, 256)
+    assert all(lo % unit == 0 for lo, _ in got)
+    sizes = [hi - lo for lo, hi in got]
+    assert max(sizes[:-1]) - min(sizes[:-1]) <= unit
+    assert abs(sizes[-1] - n / (2 * parts)) <= unit, sizes
+    few = np.empty(2 * unit, np.float32)                 # two periods: at most two parts, whatever k says
+    assert transfer._parts([few], [few], lane, period, [1]) in ([], [(0, unit), (unit, 2 * unit)])
