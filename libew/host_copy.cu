@@ -90,6 +90,12 @@ int64_t now_ns() {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+// A token of the calling thread (the address of a thread-local).
+uintptr_t me() {
+  static thread_local char token;
+  return reinterpret_cast<uintptr_t>(&token);
+}
+
 struct alignas(64) Sleeper {
   std::condition_variable wake;
   bool asleep = false;                 // under Pool::sleep_mutex
@@ -101,14 +107,19 @@ struct alignas(64) Sleeper {
 // its parts are still unclaimed (low 32 bits; the next part claimed is `parts` less that count): a
 // claim is a compare-and-swap of the whole word, so a thread holding a stale generation fails it
 // and never reads the fields of a copy it has no part of, and the caller rewrites the fields only
-// once every part of the previous copy is done. A part done stores the copy's generation in its
-// `finished` entry, so the caller sees which run from the start is done without clearing them.
+// once every part of the previous copy is done. A part done stores the copy's serial (64 bits, so
+// it never comes round again) in its `finished` entry, so the caller sees which run from the start
+// is done without clearing them. The thread that began a copy owns it until it has seen all of it
+// done (ew_host_copy_ready); no other thread's call touches it.
 struct Pool {
   alignas(64) std::atomic<uint64_t> claim{0};
   char* dst = nullptr;
   const char* src = nullptr;
   int64_t bytes = 0, per = 0, parts = 0;
-  int64_t prefix = 0;                  // the caller's: parts done from the first, as last seen
+  uint64_t serial = 0;                 // copies begun with workers, in this process
+  int64_t prefix = 0;                  // the owner's: parts done from the first, as last seen
+  std::atomic<uintptr_t> owner{0};     // the thread that began the copy in progress (its token)
+  bool redo = false;                   // a forked child's copy in progress: its parts may be lost
   std::atomic<int> helpers{0};         // workers 0..helpers-1 take part in this copy
   alignas(64) std::atomic<int64_t> spin_ns{200000};   // docs/tuning.md: longer spins slowed other threaded code
   std::atomic<int64_t> by_workers{0};  // parts the workers copied, in this process (ew_host_copy_stats)
@@ -119,7 +130,7 @@ struct Pool {
   std::atomic<int64_t> woken{0};       // workers a nudge woke, in this process (ew_host_copy_stats)
   std::mutex sleep_mutex;
   Sleeper sleepers[kMaxWorkers];
-  std::atomic<uint32_t> finished[kMaxParts];
+  std::atomic<uint64_t> finished[kMaxParts];
 };
 
 // The pool once made; the fork handler reads it here, not through pool(), whose initialization a
@@ -132,7 +143,13 @@ void reset_in_child() {
   Pool* q = made.load();
   if (q == nullptr) return;
   Pool& p = *q;
-  p.busy.store(false);
+  // A copy the forking thread began stays its own, to finish alone (the workers' parts are lost);
+  // another thread's is gone with it.
+  p.redo = p.busy.load() && p.owner.load() == me();
+  if (!p.redo) {
+    p.owner.store(0);
+    p.busy.store(false);
+  }
   new (&p.sleep_mutex) std::mutex();
   for (Sleeper& s : p.sleepers) new (&s) Sleeper();
   p.started.store(0);
@@ -159,11 +176,12 @@ bool copy_one(Pool& p, uint32_t gen, bool worker) {
   while (generation(c) == gen && uint32_t(c) > 0) {
     if (!p.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) continue;
     const int64_t i = p.parts - int64_t(uint32_t(c));
+    const uint64_t serial = p.serial;
     const int64_t at = i * p.per;
     const int64_t n = p.bytes - at < p.per ? p.bytes - at : p.per;
     copy_bytes(p.dst + at, p.src + at, size_t(n));
     if (worker) p.by_workers.fetch_add(1, std::memory_order_relaxed);
-    p.finished[i].store(gen, std::memory_order_release);
+    p.finished[i].store(serial, std::memory_order_release);
     return true;
   }
   return false;
@@ -251,15 +269,23 @@ bool ensure_workers(Pool& p, int n) {
 }
 
 // The bytes of the copy in progress done from its start, once at least `want` are (or all are),
-// the caller copying parts meanwhile; the copy ends (the pool is free) once all are.
+// the caller (its owner) copying parts meanwhile; the copy ends (the pool is free) once all are.
 int64_t ready(Pool& p, int64_t want) {
   const uint32_t gen = generation(p.claim.load(std::memory_order_relaxed));
+  if (p.redo) {                        // in a forked child: copy it all again, alone
+    copy_bytes(p.dst, p.src, size_t(p.bytes));
+    p.redo = false;
+    p.prefix = p.parts;
+  }
   const int64_t since = now_ns();
   for (unsigned spins = 0;; ++spins) {
-    while (p.prefix < p.parts && p.finished[p.prefix].load(std::memory_order_acquire) == gen) ++p.prefix;
+    while (p.prefix < p.parts && p.finished[p.prefix].load(std::memory_order_acquire) == p.serial) ++p.prefix;
     const int64_t got = p.prefix * p.per < p.bytes ? p.prefix * p.per : p.bytes;
     if (got >= want || p.prefix == p.parts) {
-      if (p.prefix == p.parts) p.busy.store(false, std::memory_order_release);
+      if (p.prefix == p.parts) {
+        p.owner.store(0, std::memory_order_relaxed);
+        p.busy.store(false, std::memory_order_release);
+      }
       return got;
     }
     if (copy_one(p, gen, false)) continue;
@@ -299,6 +325,8 @@ EW_API int ew_host_copy_begin(void* dst, const void* src, int64_t bytes, int thr
   p.per = ((bytes + parts - 1) / parts + 4095) / 4096 * 4096;
   p.parts = parts = (bytes + p.per - 1) / p.per;
   p.prefix = 0;
+  ++p.serial;
+  p.owner.store(me(), std::memory_order_relaxed);
   p.dst = static_cast<char*>(dst);
   p.src = static_cast<const char*>(src);
   p.bytes = bytes;
@@ -311,9 +339,22 @@ EW_API int ew_host_copy_begin(void* dst, const void* src, int64_t bytes, int thr
   return 1;
 }
 
-// The bytes of the copy ew_host_copy_begin started done from its start: at least `want` of them,
-// or all; the caller copies parts while it waits. Only the thread that began the copy calls it.
-EW_API int64_t ew_host_copy_ready(int64_t want) { return ready(*pool(), want); }
+// The bytes of the copy this thread began (ew_host_copy_begin) done from its start: at least
+// `want` of them, or all; the caller copies parts while it waits. -1 if this thread has no copy in
+// progress (it never began one, or saw it all done already).
+EW_API int64_t ew_host_copy_ready(int64_t want) {
+  Pool& p = *pool();
+  if (p.owner.load(std::memory_order_acquire) != me()) return -1;
+  return ready(p, want);
+}
+
+// Finish the copy this thread began and has not seen all done, if any (a caller that stops
+// early, on an exception: the workers then write nothing more). Returns its bytes, or 0.
+EW_API int64_t ew_host_copy_finish() {
+  Pool& p = *pool();
+  if (p.owner.load(std::memory_order_acquire) != me()) return 0;
+  return ready(p, p.bytes);
+}
 
 // Copy `bytes` from src to dst (not overlapping) with up to `threads` threads (ew_host_copy_begin).
 // Returns the number of parts.
@@ -330,6 +371,7 @@ EW_API int ew_host_copy(void* dst, const void* src, int64_t bytes, int threads) 
 // woken and spin (ew_host_copy_spin_us) from now, so a caller that has work to do before the copy
 // (pyew's one-shot calls) does not wait for them to wake. Starts none. Returns how many it woke.
 EW_API int ew_host_copy_wake(int threads) {
+  if (threads < 2) return 0;
   Pool& p = *pool();
   int helpers = (threads > kMaxWorkers + 1 ? kMaxWorkers + 1 : threads) - 1;
   const int started = p.started.load();
@@ -365,11 +407,13 @@ EW_API int ew_host_copy_streaming(int on) {
 }
 
 // What the copies have done in this process: out[0] the workers started, out[1] the parts they
-// copied (the callers copied the rest), out[2] the workers ew_host_copy_wake woke.
+// copied (the callers copied the rest).
 EW_API int ew_host_copy_stats(int64_t* out) {
   Pool& p = *pool();
   out[0] = p.started.load();
   out[1] = p.by_workers.load();
-  out[2] = p.woken.load();
   return 0;
 }
+
+// The workers ew_host_copy_wake woke from their sleep, in this process.
+EW_API int64_t ew_host_copy_woken() { return pool()->woken.load(); }

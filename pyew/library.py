@@ -253,6 +253,8 @@ class Library:
                                                                     ctypes.c_int64, ctypes.c_int, ctypes.c_int])
         self.host_copy_ready = self._declare("ew_host_copy_ready", [ctypes.c_int64])
         self.host_copy_ready.restype = ctypes.c_int64
+        self.host_copy_finish = self._declare("ew_host_copy_finish", [])
+        self.host_copy_finish.restype = ctypes.c_int64
         self.host_copy_wake = self._declare("ew_host_copy_wake", [ctypes.c_int])
         # cuda-python may hold the GIL in blocking waits; these ctypes calls never do
         ev_sync = self._declare("ew_event_synchronize", [ctypes.c_void_p])

@@ -516,9 +516,10 @@ _OVERLAP_PARTS = 4
 
 def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[int, int]]:
     """The element ranges a call goes in with copies up and down overlapping (see _move), each a
-    run of whole periods, the last the shortest; [] for one part: no second stream or period, operands that are not
-    C-ordered, an input whose length does not fit its scale and the period, or too few bytes for
-    parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
+    run of whole periods, the last about half of an equal share; [] for one part: no second stream
+    or period, operands that are not C-ordered, an input whose length does not fit its scale and
+    the period, or too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the
+    outputs' length)."""
     if down is None or not period or not ins or not outs:
         return []
     n = outs[0].size
@@ -536,7 +537,7 @@ def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[in
     # the last part is half of an equal one: its copy up, kernel and copy down are what is left to
     # wait for once every part is queued (docs/tuning.md)
     per = (n - n // (2 * k)) / (k - 1)
-    cuts = sorted({-(-int(i * per) // unit) * unit for i in range(1, k)} - {0})
+    cuts = sorted({round(i * per / unit) * unit for i in range(1, k)} - {0})
     bounds = [0, *(c for c in cuts if c < n), n]
     return list(zip(bounds, bounds[1:])) if len(bounds) > 2 else []
 
@@ -975,8 +976,6 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     if sum(sizes) > _limits.small_bytes:
         return False
     k = len(inputs)
-    if max(sizes[:k], default=0) >= _SPLIT_COPY_BYTES:     # libew's copy threads stage it: awake by then
-        library.get().host_copy_wake(min(_limits.threads, _copy_threads))
     if period and outputs and not scales:
         scales = [1 if v.size == outputs[0].size else 0 for v in inputs]
     # a second stream only where _parts can split the call, which it sizes by the inputs of the
@@ -988,6 +987,8 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     # than a copy into the small buffer does
     here = [(not split and n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) or pinned.is_direct(v)
             for n, v in zip(sizes, views)]
+    if any(n >= _SPLIT_COPY_BYTES and not d for n, d in zip(sizes[:k], here)):
+        library.get().host_copy_wake(min(_limits.threads, _copy_threads))    # to stage it: awake by then
     rounded = [_round(n) for n in sizes]
     need = _size_class(sum(rounded))
     staged = sum(r for r, d in zip(rounded, here) if not d)
@@ -1049,18 +1050,19 @@ def _send(dst: np.ndarray, src: np.ndarray, dptr: int, stream_cu) -> None:
     trails the staging by a run instead of following it whole (docs/tuning.md). Every byte is
     staged before this returns or raises: the buffer may be reused then."""
     base, n = dst.ctypes.data, dst.nbytes
-    lib = library.get()
     if not _native_copy(dst, src):
         np.copyto(dst, src)
-    elif lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
-        step, sent = max(_SEND_STEP, -(-n // 16)), 0
-        try:
+        rt.copy_htod(dptr, base, n, stream_cu)
+        return
+    lib, step, sent = library.get(), max(_SEND_STEP, -(-n // 16)), 0
+    try:
+        if lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
             while sent < n:
                 got = lib.host_copy_ready(min(n, sent + step))
                 rt.copy_htod(dptr + sent, base + sent, got - sent, stream_cu)
                 sent = got
-        finally:
-            if sent < n:
-                lib.host_copy_ready(n)
-        return
+            return
+    finally:
+        if sent < n:        # stopped early (an exception, even one raised as begin returned): finish it
+            lib.host_copy_finish()
     rt.copy_htod(dptr, base, n, stream_cu)

@@ -13,6 +13,8 @@ import pytest
 from pyew import library, transfer
 from pyew.errors import LibraryError
 
+from .helpers import run_in_threads
+
 KIB = 1 << 10
 
 
@@ -24,13 +26,20 @@ def lib():
         pytest.skip(f"libew.so not usable: {e}")
 
 
-def _stats(lib, woken: bool = False) -> tuple[int, ...]:
-    """(workers started, parts the workers copied) in this process, and the workers a nudge woke."""
+def _stats(lib) -> tuple[int, int]:
+    """(workers started, parts the workers copied) in this process."""
     f = lib.cdll.ew_host_copy_stats
     f.restype, f.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int64)]
-    out = (ctypes.c_int64 * 3)()
+    out = (ctypes.c_int64 * 2)()
     assert f(out) == 0
-    return (out[0], out[1], out[2]) if woken else (out[0], out[1])
+    return out[0], out[1]
+
+
+def _woken(lib) -> int:
+    """The workers ew_host_copy_wake woke, in this process."""
+    f = lib.cdll.ew_host_copy_woken
+    f.restype, f.argtypes = ctypes.c_int64, []
+    return f()
 
 
 def _until_a_worker_copies(lib, nbytes=32 << 20, threads=4, seconds=60.0, pause=0.002) -> tuple[bool, bool]:
@@ -245,17 +254,25 @@ def test_a_copy_in_order_tells_how_far_it_is_done(lib, nbytes):
     other_src = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
     other = np.zeros_like(other_src)
     going = lib.host_copy_begin(dst[17:].ctypes.data, src.ctypes.data, nbytes, 4, 1)
-    assert going == (nbytes > 64 * KIB), "a copy of one part is done at once"
-    done = nbytes if not going else 0
-    while done < nbytes:
-        if done == 0:      # a copy from another caller while this one goes on: alone, at once
-            assert lib.host_copy_begin(other.ctypes.data, other_src.ctypes.data, other.nbytes, 4, 1) == 0
-            np.testing.assert_array_equal(other, other_src)
-        want = min(nbytes, done + 100 * KIB)
-        got = lib.host_copy_ready(want)
-        assert want <= got <= nbytes
-        np.testing.assert_array_equal(dst[17:17 + got], src[:got])
-        done = got
+    try:
+        assert going == (nbytes > 64 * KIB), "a copy of one part is done at once"
+        done = nbytes if not going else 0
+        while done < nbytes:
+            if done == 0:      # a copy from another caller while this one goes on: alone, at once
+                assert lib.host_copy_begin(other.ctypes.data, other_src.ctypes.data, other.nbytes, 4, 1) == 0
+                np.testing.assert_array_equal(other, other_src)
+                # another thread has no copy of its own to ask about or finish
+                asked: list = []
+                run_in_threads(lambda i, out=asked: out.append((lib.host_copy_ready(1), lib.host_copy_finish())), 2)
+                assert asked == [(-1, 0), (-1, 0)]
+            want = min(nbytes, done + 100 * KIB)
+            got = lib.host_copy_ready(want)
+            assert want <= got <= nbytes
+            np.testing.assert_array_equal(dst[17:17 + got], src[:got])
+            done = got
+    finally:
+        lib.host_copy_finish()
+    assert lib.host_copy_ready(nbytes) == -1 and lib.host_copy_finish() == 0, "the copy is over"
     np.testing.assert_array_equal(dst[17:17 + nbytes], src)
     assert (dst[:17] == 0xA5).all() and (dst[17 + nbytes:] == 0xA5).all()
     other[:] = 0
@@ -274,11 +291,56 @@ def test_a_nudge_wakes_sleeping_workers_before_a_copy(lib, spin):
     woke = 0
     while not woke and time.monotonic() < deadline:
         time.sleep(0.01)                     # every worker asleep by now, most likely
-        before = _stats(lib, woken=True)[2]
+        before = _woken(lib)
         woke = lib.host_copy_wake(4)
     assert 1 <= woke <= 3, "no sleeping worker to wake"
-    while _stats(lib, woken=True)[2] < before + woke and time.monotonic() < deadline:
+    while _woken(lib) < before + woke and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert _stats(lib, woken=True)[2] >= before + woke, "a worker notified did not wake"
+    assert _woken(lib) >= before + woke, "a worker notified did not wake"
     used, src, dst = _copy_into_middle(lib, 2 * 1024 * KIB, 4, np.random.default_rng(4))
     np.testing.assert_array_equal(dst[17:17 + src.size], src)
+
+
+def test_a_copy_begun_and_left_is_finished_by_its_thread(lib):
+    """ew_host_copy_finish completes the copy its thread began and stopped asking about (a caller
+    leaving on an exception): every byte is in place when it returns and the workers take the next
+    copy; without a copy of its own it does nothing."""
+    src = np.random.default_rng(9).integers(0, 256, 24 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    assert lib.host_copy_finish() == 0
+    assert lib.host_copy_begin(dst.ctypes.data, src.ctypes.data, src.nbytes, 4, 1) == 1
+    assert lib.host_copy_finish() == src.nbytes
+    np.testing.assert_array_equal(dst, src)
+    assert lib.host_copy_begin(dst.ctypes.data, src.ctypes.data, 1 << 20, 4, 1) == 1, "the pool stayed taken"
+    assert lib.host_copy_ready(1 << 20) == 1 << 20
+
+
+def _child_finish(q, dst, src) -> None:
+    lib = library.get()
+    got = lib.host_copy_finish()
+    q.put((got, bool(np.array_equal(dst, src)), lib.host_copy_ready(1)))
+
+
+def test_a_child_forked_in_the_middle_of_its_copy_finishes_it_alone(lib):
+    """A process forked by the thread whose copy is in progress: the child has none of the workers
+    that held parts, and finishing the copy there copies it all again, exact, instead of waiting
+    for them; the parent's copy goes on as before."""
+    src = np.random.default_rng(11).integers(0, 256, 64 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    assert lib.host_copy_begin(dst.ctypes.data, src.ctypes.data, src.nbytes, 8, 1) == 1
+    try:
+        p = ctx.Process(target=_child_finish, args=(q, dst, src), daemon=True)
+        p.start()
+    finally:
+        assert lib.host_copy_finish() == src.nbytes
+    try:
+        got, equal, after = q.get(timeout=180)
+        p.join(timeout=60)
+    finally:
+        if p.is_alive():                       # a child that hangs must not hang the test run
+            p.kill()
+            p.join(5)
+    assert p.exitcode == 0 and got == src.nbytes and equal and after == -1
+    np.testing.assert_array_equal(dst, src)
