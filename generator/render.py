@@ -18,6 +18,8 @@ from pathlib import Path
 from mako import exceptions
 from mako.lookup import TemplateLookup
 
+from pyew.formula import comment
+
 from . import abi
 from .spec import DEFAULT_SPEC, REPO, Op, Spec, direct_calls, op_calls, op_tuning, spec_path
 
@@ -36,13 +38,6 @@ def abi_version() -> int:
     if not m:
         raise GeneratorError("libew/ew_api.h does not define EW_ABI_VERSION")
     return int(m.group(1))
-
-
-def comment(text: str) -> str:
-    """Text safe inside a generated // or /* */ comment: it cannot end the comment, and a trailing
-    backslash cannot splice the next line into it."""
-    text = text.replace("*/", "* /").replace("??", "? ?").rstrip()
-    return text + "." if text.endswith("\\") else text
 
 
 def render(template: str, **ctx) -> str:

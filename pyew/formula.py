@@ -129,6 +129,14 @@ def calls(node) -> list[Call]:
     return out
 
 
+def comment(s: str) -> str:
+    """s made safe as one line of a generated C++ comment (// or /* */): whitespace folded to single
+    spaces (no newline ends it), no */ or ?? in it, and no trailing backslash to splice the next
+    line into it."""
+    s = " ".join(s.split()).replace("*/", "* /").replace("??", "? ?")
+    return s + "." if s.endswith("\\") else s
+
+
 def text(node) -> str:
     """The tree written back as a formula (for messages and the bench): operators as operators."""
     if isinstance(node, Var):

@@ -137,6 +137,9 @@ def _is_float(a: Arg) -> bool:
     return a.pytype is float if a.info is None else a.info.kind == "float"
 
 
+_COMMENT_CHARS = 200        # of a formula's text in its kernel's first line
+
+
 class Program:
     """A formula typed for one signature: its C++ source, output dtype, input dtypes (arrays, in
     order), scalar parameters (in the functor, in order) and launch shape."""
@@ -185,9 +188,11 @@ class Program:
         # (jit.OPTIONS' -pch) covers them, so a process's later formulas skip parsing them again;
         # the ops' own headers come after.
         head = '#include "broadcast.cuh"\n#include "ew_math.cuh"\n#include "ew_numpy.cuh"\nnamespace ew_jit {}\n'
-        # the tree written back, not the caller's text: no comment of theirs, no line continuation
-        # a trailing backslash would make of the next line, one kernel for one formula however spaced
-        self.source = (f"// pyew fused formula: {formula.text(tree)}\n{head}{includes}"
+        # the tree written back, not the caller's text (one kernel for one formula however spaced),
+        # and as a comment that its names (a fused function's keyword arguments: any strings) cannot
+        # end; a trace's text can be long, so only its start
+        shown = formula.comment(formula.text(tree)[:_COMMENT_CHARS])
+        self.source = (f"// pyew fused formula: {shown}\n{head}{includes}"
                        f"namespace ew_jit {{\nstruct fn {{\n{params}"
                        f"  __device__ __forceinline__ {self.out.ctype} operator()({sig}) const {{\n{body}"
                        f"    return ::ew::convert<{self.out.ctype}>({expr});\n  }}\n}};\n}}  // namespace ew_jit\n")

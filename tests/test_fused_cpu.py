@@ -44,6 +44,29 @@ def test_the_source_comment_is_the_formula_written_back(vocab):
     assert "\\\n" not in a.source
 
 
+def _renamed(node, old: str, new: str):
+    """The tree with variable `old` called `new` (as a fused function's keyword argument may be)."""
+    if isinstance(node, formula.Var):
+        return formula.Var(new) if node.name == old else node
+    if isinstance(node, formula.Call):
+        return dataclasses.replace(node, args=tuple(_renamed(a, old, new) for a in node.args))
+    return node
+
+
+def test_a_name_cannot_break_out_of_the_source_comment(vocab):
+    """A variable's name is any string (fuse's **kwargs): in the kernel's first line it stays one
+    comment line, which no newline ends and no trailing backslash continues; a long formula shows
+    only its start there."""
+    weird = "x\n#error injected \\"
+    tree = _renamed(fused.parse("x * 2")[0], "x", weird)
+    p = fused.Program(tree, (fused.Arg(weird, True, dt.BY_NAME["float32"]),), "x * 2")
+    first, second = p.source.split("\n")[:2]
+    assert first.startswith("// pyew fused formula: (x #error injected") and not first.endswith("\\")
+    assert second == '#include "broadcast.cuh"'
+    long = typed(" + ".join(["x"] * 60), x="float32")
+    assert len(long.source.split("\n")[0]) <= len("// pyew fused formula: ") + fused._COMMENT_CHARS
+
+
 def test_deep_traces_are_a_formula_error(fakes):
     """A fused loop of many steps, each on the last one's result, nests past Python's recursion:
     a FormulaError that says what to do, not a RecursionError."""
