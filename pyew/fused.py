@@ -766,11 +766,15 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
         raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
     if out is None:
         return r.get() if host else r
-    if (type(out) is np.ndarray and out.dtype == r.dtype and out.shape == r.shape and out.flags.c_contiguous
-            and out.flags.writeable):
-        return r.get(out=out)
-    # another dtype or a shape the result broadcasts to: written as numpy's out= is, as the fused path does
-    return call.write_out(out, call.OutMismatch("", r.info, r.shape), lambda: r, text, stream, f"formula {text!r}")
+    try:           # the fused path's check of out=, so either path takes and refuses the same outs
+        o = call.check_out(out, not host, r.shape, r.info, text, rt.resolve_stream(stream))
+    except call.OutMismatch as e:      # another dtype or a shape the result broadcasts to: as numpy's out=
+        return call.write_out(out, e, lambda: r, text, stream, f"formula {text!r}")
+    if isinstance(o, np.ndarray):
+        return r.get(out=o)
+    with call.resolve_stream_of(out, stream):
+        o[...] = r
+    return call.returned(out, o)
 
 
 # ---- the public functions -------------------------------------------------------------------------

@@ -562,6 +562,14 @@ def test_without_nvrtc_formulas_run_op_by_op_and_say_why_once(fakes, monkeypatch
     with pytest.raises(TypeError, match="Cannot cast formula 'sigmoid\\(x\\) - w' output"):
         pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w}, out=oi)
     assert (oi == 7).all()
+    # the outs the fused path refuses, refused alike: a numpy out for GPU inputs, and no array at all
+    with pytest.raises(TypeError, match="out must be a GPU array .* when an input is on the GPU"):
+        pyew.evaluate("sigmoid(x) - w", local_dict={"x": pyew.asarray(x), "w": w}, out=o32)
+    with pytest.raises(TypeError, match="out must be a numpy array or a GPU array, not list"):
+        pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w}, out=[0.0] * 300)
+    d = pyew.asarray(np.zeros(300, np.float32))
+    assert pyew.evaluate("sigmoid(x) - w", local_dict={"x": pyew.asarray(x), "w": w}, out=d) is d
+    np.testing.assert_array_equal(d.get(), want)
 
 
 def test_nvrtc_lost_after_its_record_falls_back_op_by_op(fakes, monkeypatch, rng):
