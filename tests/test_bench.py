@@ -125,7 +125,9 @@ def test_parse_args_rejects(argv, capsys):
 
 @pytest.mark.parametrize("argv,said", [(["--gpus", ","], "--gpus: GPU counts of at least 1"),
                                        (["--gpus", "0,1"], "--gpus: GPU counts"), (["--threads", "0"], "--threads"),
-                                       (["--elements", "100"], "--elements must be at least 4096")])
+                                       (["--elements", "100"], "--elements must be at least 4096"),
+                                       (["--elements", "10**999999999"], "not a count of at most 2**64"),
+                                       (["--elements", "2**-3"], "not a count of at most 2**64")])
 def test_bench_dask_rejects_before_it_runs(argv, said, capsys):
     from pyew.bench import dask_scaling
     with pytest.raises(SystemExit) as e:

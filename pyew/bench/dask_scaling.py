@@ -113,9 +113,13 @@ def _run_gpus(k: int, args, log) -> list[dict]:
 def _count(s: str) -> int:
     base, _, exp = s.partition("**")
     try:
-        return int(base) ** int(exp) if exp else int(base)
+        b, e = int(base), int(exp) if exp else 1
     except ValueError:
         raise argparse.ArgumentTypeError(f"{s!r} is not a count (an int, or a power such as 2**26)") from None
+    # the power computed only where its size is known small: 10**999999999 would take minutes
+    if e < 0 or (abs(b).bit_length() - 1) * e > 64 or abs(b ** e) > 1 << 64:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a count of at most 2**64 elements")
+    return b ** e
 
 
 def main(argv=None) -> int:
