@@ -326,12 +326,13 @@ def parse_op(entry, path, index: int = 1) -> Op:
     ref = _text(entry, "ref", path, name, "ref" in kind.required)
     if ref:
         try:
-            compile(ref, f"{path}:{name}.ref", "eval")
+            tree = ast.parse(ref, f"{path}:{name}.ref", "eval")
+            compile(tree, f"{path}:{name}.ref", "eval")
         except SyntaxError as e:
             _fail(path, name, "ref", f"not a Python expression: {e.msg}")
         except (ValueError, RecursionError, MemoryError) as e:
             _fail(path, name, "ref", f"not a Python expression: {nm.show(str(e) or type(e).__name__)}")
-        unknown = _ref_unknown(ref, {*inputs, *(p.name for p in params)})
+        unknown = _ref_unknown(tree, {*inputs, *(p.name for p in params)})
         if unknown:
             _fail(path, name, "ref", f"uses {', '.join(map(repr, unknown))}, which is neither an input, a param, "
                   f"nor a name the reference sees ({', '.join(sorted(nm.REF_NAMES))}, Python's builtins)")
@@ -383,11 +384,10 @@ def parse_op(entry, path, index: int = 1) -> Op:
     return op
 
 
-def _ref_unknown(ref: str, own: set) -> list[str]:
-    """The names `ref` reads that nothing defines: not the op's inputs or params, not the names the
-    reference is evaluated with, not Python's builtins, not bound inside it (a lambda's arguments,
-    a comprehension's targets)."""
-    tree = ast.parse(ref, mode="eval")
+def _ref_unknown(tree: ast.Expression, own: set) -> list[str]:
+    """The names a parsed `ref` reads that nothing defines: not the op's inputs or params, not the
+    names the reference is evaluated with, not Python's builtins, not bound inside it (a lambda's
+    arguments, a comprehension's targets)."""
     bound = set(own) | set(nm.REF_NAMES) | set(dir(builtins))
     for node in ast.walk(tree):
         if isinstance(node, ast.arg):

@@ -63,6 +63,15 @@ class _Ordered:
             if s.ordinal != stream.ordinal or (s.handle or 1) != (stream.handle or 1):
                 rt.stream_wait(stream, s)
 
+    def _add_other(self, stream) -> None:
+        """Record `stream` among the others (once per CUDA stream) that its owner's stream or its
+        free waits for."""
+        with _order_lock:          # two threads adding streams at once keep both
+            if self.others is None:
+                self.others = []
+            if all(_other(o, stream) for o in self.others):
+                self.others.append(stream)
+
     def settled(self):
         """The stream whose queued work covers every use so far (the CUDA Array Interface names one
         stream): the last write's, after it waits for the reads since."""
@@ -93,13 +102,8 @@ class Buffer(_Ordered):
 
     def read_by(self, stream) -> None:
         """A stream of this or another GPU (a peer copy) uses this buffer: the free waits for it."""
-        if stream is self.stream:
-            return
-        with _order_lock:          # two threads adding streams at once keep both
-            if self.others is None:
-                self.others = []
-            if all(_other(o, stream) for o in self.others):
-                self.others.append(stream)
+        if stream is not self.stream:
+            self._add_other(stream)
 
     def __del__(self):
         if not getattr(self, "ptr", 0):       # its __init__ did not get as far as allocating
@@ -159,13 +163,8 @@ class Foreign(_Ordered):
     def read_by(self, stream) -> None:
         """A pyew stream uses the memory: the producer's stream will wait for it."""
         p = self.producer
-        if p is None or not _other(p, stream):
-            return
-        with _order_lock:
-            if self.others is None:
-                self.others = []
-            if all(_other(o, stream) for o in self.others):
-                self.others.append(stream)
+        if p is not None and _other(p, stream):
+            self._add_other(stream)
 
     def keep(self) -> None:
         """The caller keeps this import as its own view: its producer may not outlive it, so no
@@ -666,15 +665,14 @@ class DeviceArray:
     def ravel(self, order: str = "C") -> "DeviceArray":
         """The array as one dimension: a view (a DeviceArray is always C-contiguous, so 'C', 'A' and
         'K' read it alike; 'F' only for one dimension)."""
-        if order == "K" or (order == "F" and self.ndim <= 1):
-            order = "C"
-        return self.reshape(-1, order=order)
+        return self.reshape(-1, order=self._flat_order(order))
 
     def flatten(self, order: str = "C") -> "DeviceArray":
         """A copy of the array as one dimension, on the same GPU (orders as ravel's)."""
-        if order == "K" or (order == "F" and self.ndim <= 1):
-            order = "C"
-        return self.reshape(-1, order=order, copy=True)
+        return self.reshape(-1, order=self._flat_order(order), copy=True)
+
+    def _flat_order(self, order: str) -> str:
+        return "C" if order == "K" or (order == "F" and self.ndim <= 1) else order
 
     def copy(self, stream=None) -> "DeviceArray":
         """A copy on the same GPU, after the work queued on this array (as get() is)."""

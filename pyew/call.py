@@ -26,6 +26,7 @@ from .array import HOST_DATA, PARTIAL, SAME, SEPARATE, Buffer, DeviceArray, alia
 from .operands import (
     DEVICE,
     HOST,
+    INT64,
     SCALAR,
     Operand,
     aligned_shape,
@@ -38,9 +39,6 @@ from .operands import (
     scalar_bits,
     scalar_value,
 )
-
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
 
 # ---- the device of a call --------------------------------------------------------------------------
 
@@ -147,7 +145,7 @@ def param_values(op: library.Op, kw: dict) -> tuple:
             if isinstance(v, (float, np.floating)) and not float(v).is_integer():
                 raise TypeError(f"{op.name}(): param {p.name!r} must be an int, not {v!r}")
             v = int(v)
-            if not _INT64[0] <= v <= _INT64[1]:
+            if not INT64[0] <= v <= INT64[1]:
                 raise OverflowError(f"{op.name}(): param {p.name!r} = {v} does not fit in int64")
         else:
             v = float(v)
@@ -457,7 +455,7 @@ def find_plan(key, target) -> Plan | None:
 def keep_plan(key, plan: Plan | None) -> None:
     if key is None or plan is None:
         return
-    if len(_plans) >= _PLANS_MAX:          # the older half goes: a workload's hot plans stay
+    if len(_plans) >= _PLANS_MAX:          # the half made first goes (a hit does not refresh a plan)
         for k in list(_plans)[:_PLANS_MAX // 2]:
             _plans.pop(k, None)
     _plans[key] = plan

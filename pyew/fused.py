@@ -888,9 +888,7 @@ class Fused:
             try:
                 traced = (tree, formula.variables(tree), f"{self.fn.__name__}: {formula.text(tree)}")
             except RecursionError:
-                traced = None
-            if traced is None:
-                raise _too_deep(self.fn)
+                raise _too_deep(self.fn) from None
             self.trees[key] = traced
             break
         tree, used, text = traced

@@ -173,14 +173,20 @@ def op_dtype(op, operands: list[Operand]) -> dt.DType:
 COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
 
 
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int_outside(o: Operand, lo: int, hi: int) -> bool:
+    """Whether o is a Python int (weak: typed by no dtype) outside [lo, hi]."""
+    return o.kind == SCALAR and o.info is None and type(o.value) is int and not lo <= o.value <= hi
+
+
 def wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
     """An integer comparison with a Python int its dtype cannot hold: numpy 2 still answers it
     (int32 == 2**40 is False), so it runs in int64, which holds any such int that fits 64 bits."""
     lim = np.iinfo(result)
-    for o in operands:
-        v = o.value
-        if o.kind == SCALAR and o.info is None and type(v) is int and not lim.min <= v <= lim.max:
-            return np.dtype(np.int64)
+    if any(_int_outside(o, int(lim.min), int(lim.max)) for o in operands):
+        return np.dtype(np.int64)
     return result
 
 
@@ -192,14 +198,11 @@ def past_int64(op, operands: list[Operand]) -> list[Operand]:
     take numpy's OverflowError, as numpy gives them one."""
     if numpy_name(op) not in COMPARISONS:
         return operands
-    lim = np.iinfo(np.int64)
-
-    def past(o):
-        return o.kind == SCALAR and o.info is None and type(o.value) is int and not lim.min <= o.value <= lim.max
-    if not any(map(past, operands)) or any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
+    past = [_int_outside(o, *INT64) for o in operands]
+    if not any(past) or any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
         return operands
-    return [Operand(o.name, SCALAR, math.inf if o.value > 0 else -math.inf, None, ()) if past(o) else o
-            for o in operands]
+    return [Operand(o.name, SCALAR, math.inf if o.value > 0 else -math.inf, None, ()) if p else o
+            for o, p in zip(operands, past)]
 
 
 def scalar_value(o: Operand, info: dt.DType, op: str):

@@ -401,8 +401,8 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, send: Callable | None = None, down: _Lane | None = None, period: int = 0,
-          scales: Sequence[int] = ()) -> None:
+          settle=None, copy=np.copyto, send: Callable | None = None, down: _Lane | None = None,
+          parts: Sequence[tuple[int, int]] = (), scales: Sequence[int] = ()) -> None:
     """What every transfer does with a block: the host views `ins` go to their device pointers
     (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
     their host views `outs`, settle() waits for the stream (by default on this thread), and the
@@ -414,14 +414,13 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
     Staged inputs that follow each other in both memories go up in one copy, queued once staged;
     with `send` (_send), a large C-ordered input is staged and sent up by it, its copy up trailing
     its staging.
-    With `down` (a second stream of the GPU) and a `period`, a call of C-ordered operands,
-    launch(ptrs, n) taking any run of whole periods of them, goes in parts: each part's inputs are
-    staged and sent up, its kernel queued, and its outputs sent down on `down` while the next part
-    goes up, so the copies up and down overlap. `scales` (one_shot) tells the inputs' parts: a
-    row (0) goes up whole with the first part and every part reads it whole; a column (k) goes up
-    in runs of 1/k of the call's."""
+    With `down` (a second stream of the GPU) and `parts` (_parts' element ranges), a call of
+    C-ordered operands, launch(ptrs, n) taking any run of whole periods of them, goes in parts:
+    each part's inputs are staged and sent up, its kernel queued, and its outputs sent down on
+    `down` while the next part goes up, so the copies up and down overlap. `scales` (one_shot)
+    tells the inputs' parts: a row (0) goes up whole with the first part and every part reads it
+    whole; a column (k) goes up in runs of 1/k of the call's."""
     here = here or [buf is None] * len(ptrs)
-    parts = _parts(ins, outs, down, period, scales)
     offs, off = [], start                 # where each staged operand sits in buf
     for v, direct in zip(ins + outs, here):
         offs.append(None if direct else off)
@@ -514,13 +513,12 @@ _OVERLAP_PART_BYTES = 2 << 20     # parts of a call whose copies up and down ove
 _OVERLAP_PARTS = 4
 
 
-def _parts(ins, outs, down, period: int, scales: Sequence[int]) -> list[tuple[int, int]]:
+def _parts(ins, outs, period: int, scales: Sequence[int]) -> list[tuple[int, int]]:
     """The element ranges a call goes in with copies up and down overlapping (see _move), each a
-    run of whole periods, the last about half of an equal share; [] for one part: no second stream
-    or period, operands that are not C-ordered, an input whose length does not fit its scale and
-    the period, or too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the
-    outputs' length)."""
-    if down is None or not period or not ins or not outs:
+    run of whole periods, the last about half of an equal share; [] for one part: no period,
+    operands that are not C-ordered, an input whose length does not fit its scale and the period,
+    or too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
+    if not period or not ins or not outs:
         return []
     n = outs[0].size
     if not all(v.size == n for v in outs) or not all(v.flags.c_contiguous for v in ins + outs):
@@ -978,10 +976,11 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     k = len(inputs)
     if period and outputs and not scales:
         scales = [1 if v.size == outputs[0].size else 0 for v in inputs]
-    # a second stream only where _parts can split the call, which it sizes by the inputs of the
-    # outputs' length: small calls, most of them, skip asking
+    # parts (and a second stream) only where _parts can split the call, which it sizes by the
+    # inputs of the outputs' length: small calls, most of them, skip asking
     full = [b for b, e in zip(sizes, scales) if e == 1]
-    split = bool(period and full) and _part_count(max(full)) >= 2
+    parts = _parts(views[:k], views[k:], period, scales) if full and _part_count(max(full)) >= 2 else []
+    split = bool(parts)
     # straight from and to their own memory: page-locked operands, and in a call not split, C-ordered
     # ones of at most _DRIVER_COPY_BYTES, which CUDA's own copy from pageable memory stages faster
     # than a copy into the small buffer does
@@ -1001,7 +1000,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
             ptrs = _laid_out(dbase, views)
             _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, send=_send, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
-                  down=_down_stream(stream.ordinal) if split else None, period=period, scales=scales)
+                  down=_down_stream(stream.ordinal) if split else None, parts=parts, scales=scales)
         finally:
             rt.free(dbase, stream, need)
     return True

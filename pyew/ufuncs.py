@@ -198,10 +198,11 @@ def takes(x) -> bool:
 
 def binary(ufunc: str, a, b):
     """a <op> b for DeviceArray a on the left (__add__, and comparisons either way round)."""
-    if ufunc in ("equal", "not_equal") and _equals_no_element(b):
-        return _no_element_equal(ufunc, a)
-    if type(b) not in _PLAIN and not takes(b):
-        return NotImplemented
+    if type(b) not in _PLAIN:         # arrays and numbers skip both checks
+        if ufunc in ("equal", "not_equal") and _equals_no_element(b):
+            return _no_element_equal(ufunc, a)
+        if not takes(b):
+            return NotImplemented
     e = _entries.get(ufunc) or _function(ufunc)
     return e[0](a, b)
 

@@ -589,7 +589,7 @@ def test_numpy_calls_with_numbers_and_rows_replay_a_host_plan(fakes, rng, monkey
     classified, parts = [], []
     prepare, split = call.prepare, transfer._parts
     monkeypatch.setattr(call, "prepare", lambda *args, **k: classified.append(args[0].name) or prepare(*args, **k))
-    monkeypatch.setattr(transfer, "_parts", lambda *a: parts.append((a[3], split(*a))) or parts[-1][1])
+    monkeypatch.setattr(transfer, "_parts", lambda *a: parts.append((a[2], split(*a))) or parts[-1][1])
     old = pyew.set_transfer_limits(pinned_bytes=256 << 20, small_bytes=64 << 20)
     try:
         for v in (2.0, -0.5, 3.0):
@@ -719,7 +719,7 @@ def test_host_plan_parts_are_runs_of_whole_rows(fakes, rng, monkeypatch):
     call.plans().clear()
     monkeypatch.setattr(transfer, "_OVERLAP_PART_BYTES", 4096)
     seen, split = [], transfer._parts
-    monkeypatch.setattr(transfer, "_parts", lambda *a: seen.append((a[3], split(*a))) or seen[-1][1])
+    monkeypatch.setattr(transfer, "_parts", lambda *a: seen.append((a[2], split(*a))) or seen[-1][1])
     x = rng.standard_normal((101, 96)).astype(np.float32)
     w, col = rng.standard_normal(96).astype(np.float32), rng.standard_normal((101, 1)).astype(np.float32)
     old = pyew.set_transfer_limits(small_bytes=64 << 20)

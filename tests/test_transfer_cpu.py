@@ -1189,11 +1189,10 @@ def test_parts_are_whole_periods_the_last_half_of_the_others(parts, period):
     """A call in k parts: runs of whole periods and whole 256-element runs that cover it once, in
     order, the first k - 1 about equal and the last about half of an equal share (its copies are
     the call's tail); a call of too few periods for k parts gives fewer, never an empty one."""
-    lane = transfer._Lane.__new__(transfer._Lane)      # _parts only asks whether there is a second stream
     per_part = transfer._OVERLAP_PART_BYTES // 4
     n = (parts * per_part + 4096 * 3) // math.lcm(period, 256) * math.lcm(period, 256)
     x = np.empty(n, np.float32)
-    got = transfer._parts([x], [x], lane, period, [1])
+    got = transfer._parts([x], [x], period, [1])
     assert len(got) == parts and got[0][0] == 0 and got[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
     unit = math.lcm(period, 256)
@@ -1203,4 +1202,4 @@ def test_parts_are_whole_periods_the_last_half_of_the_others(parts, period):
     assert abs(sizes[-1] - n / (2 * parts)) <= unit, sizes
     coarse = 1 << 20                                     # 8 MiB of two periods: 2 parts, though 4 would fit
     two = np.empty(2 * coarse, np.float32)
-    assert transfer._parts([two], [two], lane, coarse, [1]) == [(0, coarse), (coarse, 2 * coarse)]
+    assert transfer._parts([two], [two], coarse, [1]) == [(0, coarse), (coarse, 2 * coarse)]

@@ -206,6 +206,7 @@ def run_bench(args, stream=None) -> Run:
                 if not isinstance(e, PyewError):
                     traceback.print_exc(file=sys.stderr)
                 run.note(f"suite {name} stopped: {type(e).__name__}: {e}")
+                run.stopped.append(name)
             run.checkpoint()
     finally:
         with contextlib.suppress(PyewError):      # a poisoned context fails here too; the results are kept
@@ -228,5 +229,4 @@ def main(argv=None) -> int:
     print(f"\nsummary: {run.meta['device'].get('name')}, copy ceiling {run.copy_gbps or 0:.0f} GB/s, {len(rows)} "
           f"rows, {len(notes)} notes, {run.meta['elapsed_s']} s\n{report.targets_table(targets.evaluate(rows))}"
           f"\nwrote {', '.join(map(str, paths.values()))}", file=sys.stderr)
-    stopped = [n for n in notes if n.startswith("suite ") and " stopped: " in n]
-    return 1 if stopped and len(stopped) == len(args.suites) else 0      # every suite failed: not a run
+    return 1 if run.stopped and len(run.stopped) == len(args.suites) else 0      # every suite failed: not a run

@@ -74,6 +74,7 @@ class Run:
         self.args, self.stream, self.clock, self.t0 = args, stream or sys.stderr, clock, clock()
         self.rows, self.notes, self.meta, self.index, self.peers, self.cache = [], [], {}, {}, {}, {}
         self.max_time, self.suite, self.l2_bytes = getattr(args, "max_time", None), "", 50 << 20
+        self.stopped: list[str] = []        # suites an error stopped
         self.copy_gbps = self.lib = self.dev = self.timer = self.rng = self.seed = self.on_checkpoint = None
         self.every, self.last = 1.0 if getattr(self.stream, "isatty", lambda: False)() else 10.0, float("-inf")
 
