@@ -247,9 +247,16 @@ def negative_int_power(a, b) -> None:
     """numpy's error for an integer (or bool) base to a negative integer exponent, where the
     exponent is host data: a number, a numpy array or a list. A GPU array of exponents is not read
     back to check: the op's own rule (1 / x^|y| toward zero) applies there, as its doc says."""
-    if _integral(a) and _integral(b) and not isinstance(b, DeviceArray) and interop.device_index(b) is None:
-        if np.any(np.asarray(b) < 0):
-            raise ValueError("Integers to negative integer powers are not allowed.")
+    if not _integral(a):
+        return
+    if type(b) is int:                  # d ** 2: no numpy array made to ask
+        negative = b < 0
+    elif _integral(b) and not isinstance(b, DeviceArray) and interop.device_index(b) is None:
+        negative = bool(np.any(np.asarray(b) < 0))
+    else:
+        return
+    if negative:
+        raise ValueError("Integers to negative integer powers are not allowed.")
 
 
 def _integral(x) -> bool:
