@@ -599,6 +599,10 @@ static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_t
       want *= t->shape[i];
     }
   }
+  /* an address between two elements (a byte view reinterpreted) is left to Python, which refuses it */
+  const uintptr_t at = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  const unsigned unit = (unsigned)t->dtype.bits * t->dtype.lanes / 8u;
+  if (unit > 1 && at % unit != 0) return 0;
   if (seen->api != api || seen->device_type != t->device.device_type) {
     void* producer = NULL;
     if (api->current_work_stream(t->device.device_type, t->device.device_id, &producer) != 0) {
@@ -626,7 +630,7 @@ static int read_tensor(const replayer* r, const dl_exchange_api* api, const dl_t
     }
     PyTuple_SetItem(sh, i, v);
   }
-  *ptr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  *ptr = at;
   *info = Py_NewRef(row);
   *shape = sh;
   return 1;

@@ -252,6 +252,7 @@ def _over(owner, read_only: bool, index: int, ptr: int, shape, info, producer: i
     call's stream waits for the producer's current stream `producer` (a handle)."""
     if index != stream.ordinal:
         wrong_device(index, stream, op, name)
+    _check_aligned(ptr, info, op, name)
     waited = _wait_for(producer, stream, index) if producer != stream.handle else None
     return DeviceArray(Foreign(owner, read_only, index, stream, waited), ptr, shape, info)
 
@@ -340,10 +341,10 @@ def _cupy_reader(cupy):
 
     def replayed(x, stream):
         """What a plan's C replay needs of x, or None where read() must run: a dtype not met yet, a
-        layout or GPU to refuse, a producer's stream to wait for (one GPU: CuPy's current stream)."""
+        layout, address or GPU to refuse, a producer's stream to wait for (one GPU: CuPy's current stream)."""
         mem, info = x.data, by_dtype.get(x.dtype)
         if info is None or mem.device_id != stream.ordinal or current().ptr != stream.handle or \
-                not x.flags.c_contiguous:
+                not x.flags.c_contiguous or mem.ptr % info.itemsize:
             return None
         return mem.ptr, info, x.shape
 

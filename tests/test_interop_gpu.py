@@ -190,6 +190,36 @@ def test_cupy_bad_inputs(cupy):
         pyew.relu(cupy.ones(4, cupy.complex64))
 
 
+def test_arrays_between_two_elements_are_refused(cupy, torch_cuda):
+    """A GPU array whose address lies between two elements (a byte buffer read as wider elements)
+    is refused by CuPy's and torch's readers, as input and as out=, also where a plan for its
+    kind of array is replayed: a kernel reading it would fault and end the process's CUDA context,
+    which the last call shows alive."""
+    cp, torch = cupy, torch_cuda
+    want = np.arange(16, dtype=np.float32) * 2
+    good, t_good = cp.arange(16, dtype=cp.float32), torch.arange(16, dtype=torch.float32, device="cuda")
+    raw = cp.zeros(16 * 4 + 8, cp.uint8)
+    odd = cp.ndarray((16,), cp.float32, memptr=raw.data + 1)
+    assert odd.data.ptr % 4 == 1
+    try:
+        t_odd = torch.as_tensor(odd, device="cuda")           # torch over the same bytes (CUDA Array Interface)
+        assert t_odd.data_ptr() % 4 == 1
+    except (RuntimeError, ValueError, TypeError):
+        t_odd = None                                          # a torch that refuses it has nothing to test
+    for x, bad in ((good, odd), (t_good, t_odd)):
+        if bad is None:
+            continue
+        for _ in range(3):                                    # the plan for this kind of array is made and replayed
+            np.testing.assert_array_equal(pyew.add(x, x).get(), want)
+        for args, kw in (((bad, x), {}), ((x, bad), {}), ((x, x), {"out": bad})):
+            with pytest.raises(ValueError, match="not a multiple of its float32 elements' 4 bytes; .*pass a copy"):
+                pyew.add(*args, **kw)
+        with pytest.raises(ValueError, match="not a multiple of its float32 elements' 4 bytes"):
+            pyew.asarray(bad)
+    assert not raw.any()                                      # nothing was written through out=
+    np.testing.assert_array_equal(pyew.add(good, t_good).get(), want)
+
+
 def test_cuda_array_interface_export(rng):
     d = pyew.asarray(random_array(rng, 10, "float32"))
     cai = d.__cuda_array_interface__

@@ -230,7 +230,7 @@ def test_one_shot_calls_in_parts_match_whole_calls(rng, dtype, monkeypatch):
             seen.clear()
             _poisoned_pool_block(n, dtype)
             got = fn(*args, **kw)
-            assert seen and max(seen) == parts
+            assert max(seen, default=0) == parts          # a call of one part is not asked to split
             np.testing.assert_array_equal(got, _made_whole(monkeypatch, counted, n, dtype, fn, args, kw))
         x64, b64, c64 = (v.astype(np.float64) for v in (x, b[:n], c[:n]))
         np.testing.assert_array_equal(pyew.add(x, pinned_b), (x64 + b64).astype(dtype))
