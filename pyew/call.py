@@ -1,12 +1,8 @@
-"""The call pipeline every op kind uses:
-
-    arguments -> operands (classify, promote, broadcast) -> checks (out=, params) -> buffers
-              -> launch -> result (a DeviceArray, or numpy through the transfer engine)
-
-Everything is validated before anything is allocated or launched, so a bad call changes nothing.
-A call with any GPU operand (or a GPU out=) runs on the GPU and returns a DeviceArray; a call with
-only host operands streams through the transfer engine and returns numpy. The op kinds
-(pyew/ops/) describe their own arguments and launches and use the pieces here.
+"""The call pipeline every op kind (pyew/kinds/) uses: arguments -> operands (classify, promote,
+broadcast) -> checks (out=, params) -> buffers -> launch -> result. Everything is validated before
+anything is allocated or launched, so a bad call changes nothing. A call with any GPU operand (or
+a GPU out=) runs on the GPU and returns a DeviceArray; one with only host operands streams through
+the transfer engine and returns numpy.
 """
 from __future__ import annotations
 
@@ -64,17 +60,15 @@ def device_of(args: Sequence, out, stream) -> int:
 class Prepared:
     """An elementwise call after classification: its operands, the dtype its kernel runs in, the
     kernel, the broadcast shape, and whether it runs on the GPU's data (device) or numpy's. A fused
-    formula (pyew/fused.py) has neither op nor kernel: its kernel takes each operand's own dtype."""
-    op: library.Op | None
+    formula (pyew/fused.py) has no kernel: its kernel takes each operand's own dtype."""
     operands: list[Operand]
     kernel: library.Kernel | None
     shape: tuple[int, ...]
     device: bool
 
 
-def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None = None,
-            broadcast: bool = True) -> Prepared:
-    names = op.inputs if names is None else names
+def prepare(op: library.Op, args: Sequence, stream, broadcast: bool = True) -> Prepared:
+    names = op.inputs
     if len(args) != len(names):
         raise TypeError(f"{op.name}() takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}"
                         f"{keyword_hint(op, len(args) - len(names))}")
@@ -94,7 +88,7 @@ def prepare(op: library.Op, args: Sequence, stream, names: Sequence[str] | None 
         else:
             need_cast(o.info, want, op.name, o.name, f"the op's input {o.name!r} is always {want.name}"
                       if o.name in fixed else f"the op runs in {want.name}")
-    return Prepared(op, operands, kernel, shape, any(o.kind == DEVICE for o in operands))
+    return Prepared(operands, kernel, shape, any(o.kind == DEVICE for o in operands))
 
 
 def need_cast(have: dt.DType, want: dt.DType, op: str, name: str, why: str) -> None:
@@ -192,27 +186,22 @@ def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: s
     if out is None:
         return None
     d = device_out(out, stream, op, what)
-    if device:
-        if d is None:
-            raise TypeError(f"{op}: {what} must be a GPU array (a DeviceArray, or one with "
-                            f"__cuda_array_interface__ / __dlpack__) when an input is on the GPU, "
-                            f"not {type(out).__name__}")
-        got, oshape = d.info, d.shape
-        out = d
+    if d is not None:
+        out, got, oshape = d, d.info, d.shape
+    elif device:
+        raise TypeError(f"{op}: {what} must be a GPU array (a DeviceArray, or one with "
+                        f"__cuda_array_interface__ / __dlpack__) when an input is on the GPU, "
+                        f"not {type(out).__name__}")
     else:
-        if d is not None:
-            out = d
-            got, oshape = d.info, d.shape
-        else:
-            if not isinstance(out, np.ndarray):
-                raise TypeError(f"{op}: {what} must be a numpy array or a GPU array, not {type(out).__name__}")
-            if not out.flags.writeable:
-                raise ValueError(f"{op}: {what} is a read-only numpy array")
-            try:
-                got = dt.lookup(out.dtype)
-            except (KeyError, TypeError):
-                got = None
-            oshape = out.shape
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{op}: {what} must be a numpy array or a GPU array, not {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{op}: {what} is a read-only numpy array")
+        try:
+            got = dt.lookup(out.dtype)
+        except (KeyError, TypeError):
+            got = None
+        oshape = out.shape
     if got is not info or tuple(oshape) != tuple(shape):
         raise OutMismatch(f"{op}: {what} is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}",
                           info, tuple(shape))
@@ -322,17 +311,15 @@ class Plan:
     `arrays` in args (each a DeviceArray, already marked used on the stream).
 
     native: the same launch in the C extension's terms (library.native), for plans that
-    native_replayer replays without Python; None for the others."""
+    native_replayer replays without Python; None for the others. host: for numpy arrays in and a
+    numpy result out, (period, scales) of its runs (transfer.one_shot); launch then takes
+    (in_ptrs, out_ptrs, stream, n, what numbers() gave) for a run of n elements."""
     __slots__ = ("target", "shape", "n", "out_info", "arrays", "numbers_at", "numbers", "launch", "host", "native")
 
     def __init__(self, target, shape, out_info, arrays, numbers_at, numbers, launch, host=(), native=None):
         self.target, self.shape, self.n, self.out_info = target, shape, math.prod(shape), out_info
         self.arrays, self.numbers_at, self.numbers, self.launch = tuple(arrays), tuple(numbers_at), numbers, launch
-        # numpy arrays in, a numpy result out: the period and the arrays' scales of its runs
-        # (transfer.one_shot), launch(in_ptrs, out_ptrs, stream, n, what numbers() gave) for a
-        # run of n elements
-        self.host = host
-        self.native = native
+        self.host, self.native = host, native
 
 
 _plans: dict = {}
@@ -491,11 +478,8 @@ def replay(plan: Plan, args: Sequence, out, stream):
 
 
 def _replay_host(plan: Plan, args: Sequence, out, stream):
-    """A small call on numpy arrays (and numbers): its inputs up, the kernel and the result back in
-    one shot through the transfer engine's small buffer, in runs of the plan's period, into a new
-    array or a numpy out= of the result's shape and dtype (C-ordered, writable, overlapping no
-    input but exactly); None where it does not fit those, or a number does not fit its dtype (the
-    general path then casts, copies or streams)."""
+    """A small call on numpy arrays and numbers in one shot through the transfer engine (in runs of
+    the plan's period); None where the general path must run it."""
     arrays = [args[i] for i in plan.arrays]
     if out is not None:
         if (type(out) is not np.ndarray or out.dtype != plan.out_info.np or out.shape != plan.shape
@@ -523,12 +507,11 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
 
 @dataclass(slots=True)
 class DevIn:
-    """An input as a kernel sees it: a device pointer, its shape over the call (1 on broadcast
-    dims; () for a scalar), element strides (None: C-contiguous), its dtype, and for a scalar the
-    host value (so a library without strided kernels can still fill a buffer with it)."""
+    """An input as a kernel sees it: a C-ordered device buffer, its shape over the call (1 on
+    broadcast dims; () for a scalar), its dtype, and for a scalar the host value (so a library
+    without strided kernels can still fill a buffer with it)."""
     ptr: int
     shape: tuple[int, ...]
-    strides: tuple[int, ...] | None
     info: dt.DType
     value: object = None
 
@@ -536,7 +519,7 @@ class DevIn:
 def layout(out_shape: tuple[int, ...], ins: Sequence[DevIn]):
     """The strided entry's layout argument: [ndim, shape..., strides of each input...] in
     elements, after collapsing dims. Returns (ctypes array, collapsed shape)."""
-    shp, sts = collapse(out_shape, [broadcast_strides(i.shape, out_shape, i.strides) for i in ins])
+    shp, sts = collapse(out_shape, [broadcast_strides(i.shape, out_shape) for i in ins])
     if len(shp) > 8:
         raise ValueError(f"this broadcast needs {len(shp)} dims after collapsing; pyew's kernels take at most 8")
     vals = [len(shp), *shp]
@@ -552,18 +535,18 @@ def broadcast_plan(shapes: tuple) -> tuple | None:
     dims (the general path then says why). The layout is shared between calls: entries only read it."""
     try:
         shape = tuple(np.broadcast_shapes(*(s for s in shapes if s is not None)))
-        lay, _ = layout(shape, [DevIn(0, () if s is None else s, None, None) for s in shapes])
+        lay, _ = layout(shape, [DevIn(0, () if s is None else s, None) for s in shapes])
     except ValueError:
         return None
     return shape, lay, math.prod(shape)
 
 
 def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn], out_ptr: int,
-                       out_shape: tuple[int, ...], stream, role: str = "forward", extra_out: tuple = ()) -> None:
+                       out_shape: tuple[int, ...], stream, extra_out: tuple = ()) -> None:
     """Queue the kernel on `stream`: inputs of another dtype are converted on the GPU first; inputs
     that all have the output's shape take the contiguous entry, anything broadcast the strided one."""
     n = math.prod(out_shape)
-    if n == 0:
+    if n == 0:          # a launch of no blocks is an error in CUDA
         return
     keep = []
     ptrs = []
@@ -571,7 +554,7 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
     for i, want in zip(ins, input_dtypes(kernel, len(ins))):
         if i.info is not want:
             entry = cast_entry(i.info, want)
-            if entry is None:
+            if entry is None:           # prepare() refuses these (need_cast); a kind that skips it must not launch
                 raise TypeError(f"no cast from {i.info.name} to {want.name} in the library (op to_{want.name}); "
                                 "add it to a spec and rebuild")
             m = math.prod(i.shape)
@@ -579,13 +562,13 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
             keep.append(tmp)
             if m:
                 library.launch(entry, (tmp.ptr, i.ptr, m), stream)
-            i = DevIn(tmp.ptr, i.shape, None, want, i.value)
+            i = DevIn(tmp.ptr, i.shape, want, i.value)
         ready.append(i)
         ptrs.append(i.ptr)
-    if all(i.shape == out_shape and i.strides is None for i in ready):
-        library.launch(kernel.entry(role), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
+    if all(i.shape == out_shape for i in ready):
+        library.launch(kernel.entry("forward"), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
         return
-    strided = kernel.entry("strided") if role == "forward" and not extra_out else None
+    strided = kernel.entry("strided") if not extra_out else None
     if strided is not None:
         lay, _ = layout(out_shape, ready)
         library.launch(strided, (out_ptr, *ptrs, n, *pvals, ctypes.addressof(lay)), stream)
@@ -594,7 +577,7 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
     # to the output's size; anything else broadcast is refused.
     ptrs = []
     for i in ready:
-        if i.shape == out_shape and i.strides is None:
+        if i.shape == out_shape:
             ptrs.append(i.ptr)
         elif i.value is not None:
             buf = Buffer(n * i.info.itemsize, stream)
@@ -602,9 +585,9 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
             fill(buf.ptr, n, i.info, scalar_bits(i.value, i.info), stream)
             ptrs.append(buf.ptr)
         else:
-            raise ValueError(f"{kernel.entry(role).symbol} cannot broadcast an input of shape {i.shape} to "
+            raise ValueError(f"{kernel.entry('forward').symbol} cannot broadcast an input of shape {i.shape} to "
                              f"{out_shape}: give inputs of one shape")
-    library.launch(kernel.entry(role), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
+    library.launch(kernel.entry("forward"), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
 
 
 def fill(ptr: int, n: int, info: dt.DType, bits: int, stream) -> None:
@@ -623,7 +606,7 @@ def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:
         keep.append(buf)
         fill(buf.ptr, 1, kd, bits, stream)
         ptr = buf.ptr
-    return DevIn(ptr, (), None, kd, v)
+    return DevIn(ptr, (), kd, v)
 
 
 def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
@@ -634,14 +617,9 @@ def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
     for o, want in zip(p.operands, input_dtypes(p.kernel, len(p.operands))):
         if o.kind == SCALAR:
             ins.append(scalar_input(o, want, stream, keep))
-            continue
-        if o.kind == HOST:
-            d = from_host(o.value, stream)
-            keep.append(d)
         else:
-            d = o.value
-            d.read_on(stream)
-        ins.append(DevIn(d.ptr, d.shape, None, d.info))
+            d = on_device(o, stream, keep)
+            ins.append(DevIn(d.ptr, d.shape, d.info))
     return ins
 
 
@@ -691,7 +669,7 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
                 ins.append(scalars[i])
             else:
                 ptr, shp = next(hosts)
-                ins.append(DevIn(ptr, shp, None, o.info))
+                ins.append(DevIn(ptr, shp, o.info))
         step(ins, list(chunk.out), list(chunk.out_shapes), chunk.stream)
 
     transfer.stream_call(host_ops, results, p.shape, block, stream, out_scale=out_scale, in_scale=in_scale,
@@ -717,10 +695,6 @@ def on_device(o: Operand, stream, keep: list) -> DeviceArray:
     d = from_host(o.value, stream)
     keep.append(d)
     return d
-
-
-def array_operand(a, op: str, name: str, stream) -> Operand:
-    return classify(a, op, name, stream, scalars=False)
 
 
 def kernel_for(op: library.Op, info: dt.DType, role: str = "forward", what: str = "") -> library.Entry:

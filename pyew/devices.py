@@ -40,11 +40,6 @@ class DeviceProps:
         return self.sms, self.launch_threads_per_sm
 
 
-def _no_device(why: str, hint: str = "") -> NoDeviceError:
-    return NoDeviceError(f"no usable NVIDIA GPU ({why}): pyew needs a CUDA GPU and driver for this.{hint} "
-                         "import pyew and pyew.ops() work without one.")
-
-
 def _driver_hint(rt) -> str:
     """Where the runtime finds the driver too old: a driver there (version above 0) older than the
     CUDA of the installed cuda-python, not a machine without one."""
@@ -72,7 +67,9 @@ class CudaDevices(cudart.Calls):
         err, n = self.rt.cudaGetDeviceCount()
         if int(err) != 0 or n == 0:
             name = cudart.error_name(err) if int(err) != 0 else "no CUDA devices"
-            raise _no_device(name, _driver_hint(self.rt) if "InsufficientDriver" in name else "")
+            hint = _driver_hint(self.rt) if "InsufficientDriver" in name else ""
+            raise NoDeviceError(f"no usable NVIDIA GPU ({name}): pyew needs a CUDA GPU and driver for this.{hint} "
+                                "import pyew and pyew.ops() work without one.")
         return n
 
     def open(self, ordinal: int) -> DeviceProps:

@@ -439,7 +439,7 @@ class Program:
     def launch(self, ins, out_ptr: int, out_shape, stream, blob):
         """Queue the kernel: ins are call.DevIn of the arrays, in order. Returns the layout it used
         (None: contiguous)."""
-        contiguous = all(i.shape == tuple(out_shape) and i.strides is None for i in ins)
+        contiguous = all(i.shape == tuple(out_shape) for i in ins)
         lay = None if contiguous else call.layout(tuple(out_shape), ins)[0]
         self.launch_ptrs([i.ptr for i in ins], out_ptr, out_shape, stream, blob, lay)
         return lay
@@ -644,7 +644,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
             res = call.replay(plan, vals, o, s)
             if res is not None:
                 return res
-    p = call.Prepared(None, arrays, None, shape, device)
+    p = call.Prepared(arrays, None, shape, device)
 
     def step(ins, outs, shapes, st):
         prog.launch(ins, outs[0], shapes[0], st, blob)
@@ -681,7 +681,7 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
     and packed into the functor's bytes (their address, and the bytes); its native form calls
     ew_jit_map, which declines a launch whose kernel is still to compile (Python compiles it)."""
     array_at, numbers_at, numbers = _plan_numbers(prog, operands)
-    ins = [call.DevIn(0, operands[i].shape, None, operands[i].info) for i in array_at]
+    ins = [call.DevIn(0, operands[i].shape, operands[i].info) for i in array_at]
     layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
 
     n, launch_ptrs, map_, slots_of = math.prod(shape), prog.launch_ptrs, prog.map, prog.slots.get

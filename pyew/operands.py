@@ -308,13 +308,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def broadcast_strides(op_shape: tuple[int, ...], out_shape: tuple[int, ...],
-                      strides: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """Element strides of an operand over out_shape: its own (C-contiguous unless given) where it
-    has the dim, 0 where it is broadcast."""
+def broadcast_strides(op_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-ordered operand over out_shape: its own where it has the dim, 0 where
+    it is broadcast."""
     shp = aligned_shape(op_shape, len(out_shape))
-    own = contiguous_strides(op_shape) if strides is None else tuple(strides)
-    own = (0,) * (len(out_shape) - len(own)) + own
+    own = (0,) * (len(out_shape) - len(op_shape)) + contiguous_strides(op_shape)
     return tuple(0 if (n == 1 and m != 1) else s for n, m, s in zip(shp, out_shape, own))
 
 

@@ -1,23 +1,7 @@
-"""Page-locked host memory: pyew.empty_pinned, the pool that keeps its blocks for reuse, and the
-CUDA calls that lock and free host memory (through `cuda`, a CudaHost; the CPU tests swap in a
-stand-in).
-
-The DMA engines read and write page-locked (pinned) host memory at the link's full rate. A plain
-numpy array has to be staged: copied through the transfer engine's pinned ring on the host, and,
-when it is new, faulted in page by page as that copy first touches it. Those host copies, not
-PCIe, are what bound numpy data on a busy host (benchmarks/RESULTS.md). `DeviceArray.get(out=a)`
-and `pyew.asarray(a)` copy straight from and to a pinned `a` (pyew's, or any page-locked memory
-CUDA knows, such as cupyx.empty_pinned's); new numpy results of RESULT_BYTES or more come from
-the pool (for_result), and pyew.dask returns its numpy chunks in it.
-
-Page-locking takes time in proportion to the size (docs/tuning.md), so blocks are kept: a block goes back to the pool
-when the last array over it is gone, and the next array of that size, or of at least half of it,
-takes it. The pool holds at most `pinned_pool_bytes` (pyew.set_transfer_limits; by default an
-eighth of physical memory divided by the host's GPUs, since dask-cuda and most launchers run a
-process, each with its own pool, per GPU), counting blocks in use; past it empty_pinned still
-allocates but does not keep the block, and pinned_or_empty gives pageable memory. Free blocks stay
-locked until an array of their size (or of at least half of it) takes them or a lower limit frees
-them.
+"""Page-locked host memory: pyew.empty_pinned, the pool that keeps its blocks for reuse (page-locking
+takes time in proportion to the size), new numpy results from that pool (for_result), and the CUDA
+calls that lock and free host memory (through `cuda`, a CudaHost; the CPU tests swap in a
+stand-in). What the pool keeps and its limit: docs/transfer.md, "Page-locked arrays".
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The CUDA runtime as the rest of pyew uses it: one namespace over its parts, each of which makes
-its CUDA calls through one object (its `cuda`) that the CPU tests replace (tests/fake_cuda.py):
-
-    devices   the GPUs: count, attributes, the current device, pyew.Device
-    streams   streams and events
-    memory    device memory: the pools, the buffers kept for reuse, copies, scalar operands' slots
-    pinned    page-locked host memory
-    cudart    cuda-python's bindings, which only those objects call
+"""The CUDA runtime as the rest of pyew uses it: one namespace over devices, streams, memory and
+pinned, each of which makes its CUDA calls through one object (its `cuda`) that the CPU tests
+replace (tests/fake_cuda.py); cudart holds cuda-python's bindings, which only those objects call.
 """
 from __future__ import annotations
 

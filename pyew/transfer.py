@@ -1,31 +1,7 @@
-"""Host <-> device: the only place where numpy memory becomes device memory and back.
-
-Pageable numpy memory crosses PCIe at a fraction of the pinned rate, and registering a caller's
-buffer in place costs more than copying it (benchmarks/RESULTS.md has the measurements), so large
-arrays stream through a ring of pinned staging slots, one per worker thread:
-
-    worker w, for each chunk it takes:  host copy in -> slot w -> H2D  -> kernel -> D2H -> slot w
-                                        -> host copy out                 (all on lane stream w)
-
-Workers run at once, so one worker's host copies overlap other workers' transfers and kernels,
-and copies in both directions keep both DMA engines busy. np.copyto and the CUDA calls release
-the GIL. Device scratch for the chunks comes from the stream-ordered pool and is returned at the
-end of every call, so the device memory a streamed call uses is bounded (`device_bytes`) whatever
-the array's size, and arrays larger than the GPU's memory work.
-
-Small transfers skip the workers: one shot through a small pinned buffer on the caller's stream
-(a call's results, in parts, on a second stream), their host copies split over libew's spinning
-copy threads (libew/host_copy.cu), a large input sent up in runs as they finish staging it.
-Page-locked operands of 128 KiB or more (pyew.empty_pinned's, and new numpy results, which come
-from the same pool: pinned.for_result) are copied by DMA in place, without staging.
-Small uploads into GPU calls (a numpy bias added to a DeviceArray) take successive regions of
-that buffer, so a caller that queues GPU work does not wait for it to finish.
-
-Limits (pyew.set_transfer_limits): `pinned_bytes` is all the pinned memory the engine holds (the
-ring plus the small buffer); it is allocated on first use, kept for later calls, and freed at
-exit or when the limits change. `device_bytes` caps the device scratch of one streamed call.
-`threads` is the number of workers. One streamed call runs at a time; a second thread's call
-waits for it.
+"""Host <-> device: the only place where numpy memory becomes device memory and back. Large calls
+stream through a ring of pinned staging slots, one per worker thread and lane stream; small ones go
+in one shot through a small pinned buffer on the caller's stream. Design and limits:
+docs/transfer.md; the measurements behind them: docs/tuning.md and benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -134,7 +110,6 @@ class Pinned:
     __slots__ = ("ptr", "nbytes", "view")
 
     def __init__(self, nbytes: int):
-        self.ptr = 0
         self.ptr = rt.host_alloc(nbytes)
         self.nbytes = nbytes
         self.view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.ptr))
@@ -237,9 +212,8 @@ def _upload_region(nbytes: int) -> int | None:
     order, once copies still reading it are done); None if it cannot hold them. With _small_lock."""
     global _upload_cursor
     need = _round(nbytes)
-    if _small is None or need > _small.nbytes:
-        if _small_buffer(need) is None:
-            return None
+    if (_small is None or need > _small.nbytes) and _small_buffer(need) is None:
+        return None
     start = _upload_cursor
     if start + need > _small.nbytes:
         while _uploads and _uploads[0][0] >= start:     # the last lap's entries past the cursor
@@ -275,15 +249,12 @@ def _ring_slot_bytes() -> int:
     return max(_ALIGN * 64, per // _ALIGN * _ALIGN)
 
 
-_pool_lock = threading.Lock()
-
-
 def _worker_pool() -> ThreadPoolExecutor:
+    """The worker threads (with _engine_lock, as everything that uses or frees them)."""
     global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(_limits.threads, thread_name_prefix="pyew-transfer")
-        return _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_limits.threads, thread_name_prefix="pyew-transfer")
+    return _pool
 
 
 def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
@@ -293,7 +264,6 @@ def _ensure_lanes(k: int, ordinal: int) -> list[_Lane]:
     lanes = _lanes.setdefault(ordinal, [])
     while len(lanes) < k:
         lanes.append(_Lane(_slots[len(lanes)], ordinal))
-    _worker_pool()
     return lanes[:k]
 
 
@@ -335,10 +305,8 @@ def pinned_bytes_held() -> int:
 
 @atexit.register
 def _free_at_exit() -> None:
-    try:
+    with contextlib.suppress(Exception):
         release()
-    except Exception:
-        pass
 
 
 # ---- chunking ----------------------------------------------------------------------------------
@@ -380,11 +348,6 @@ def _cut_dim(shape: tuple[int, ...], max_elems: int) -> tuple[int, int]:
     return s, inner
 
 
-def block_of(op_shape: tuple[int, ...], block: tuple[slice, ...]) -> tuple[slice, ...]:
-    """The part of an operand of shape op_shape (1 on its broadcast dims) that a block reads."""
-    return tuple(slice(0, 1) if n == 1 else sl for n, sl in zip(op_shape, block))
-
-
 def _round(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -403,23 +366,14 @@ def _laid_out(base: int, views) -> list[int]:
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
           settle=None, copy=np.copyto, send: Callable | None = None, down: _Lane | None = None,
           parts: Sequence[tuple[int, int]] = (), scales: Sequence[int] = ()) -> None:
-    """What every transfer does with a block: the host views `ins` go to their device pointers
-    (`ptrs`, of ins then outs), launch(ptrs, n) queues the device work, the outputs come back into
-    their host views `outs`, settle() waits for the stream (by default on this thread), and the
-    staged outputs are copied into place. An operand `here` (a flag per operand; by default all
-    when there is no buf, else none) is copied straight from or to its own memory (by DMA where it
-    is page-locked; by CUDA's own staging where it is a small pageable one, see one_shot); the
-    others are staged through buf from offset start, one after another at 256-byte boundaries.
-
-    Staged inputs that follow each other in both memories go up in one copy, queued once staged;
-    with `send` (_send), a large C-ordered input is staged and sent up by it, its copy up trailing
-    its staging.
-    With `down` (a second stream of the GPU) and `parts` (_parts' element ranges), a call of
-    C-ordered operands, launch(ptrs, n) taking any run of whole periods of them, goes in parts:
-    each part's inputs are staged and sent up, its kernel queued, and its outputs sent down on
-    `down` while the next part goes up, so the copies up and down overlap. `scales` (one_shot)
-    tells the inputs' parts: a row (0) goes up whole with the first part and every part reads it
-    whole; a column (k) goes up in runs of 1/k of the call's."""
+    """One block: the host views `ins` up to `ptrs` (ins', then outs'), launch(ptrs, n), the
+    outputs down into `outs`, settle() (by default a wait for the stream), then staged outputs into
+    place. Operands flagged `here` (default: all without buf, else none) go from or to their own
+    memory; the others are staged through buf from `start`, 256-byte aligned, and inputs adjacent
+    in both memories go up in one copy; `send` (_send) stages a large C-ordered input as it goes up.
+    With `down` (a second stream) and `parts` (_parts), each part's outputs go down on `down` while
+    the next part goes up; `scales` (one_shot): a row (0) goes up whole with the first part, a
+    column (k) in runs of 1/k of the call's."""
     here = here or [buf is None] * len(ptrs)
     offs, off = [], start                 # where each staged operand sits in buf
     for v, direct in zip(ins + outs, here):
@@ -606,8 +560,10 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
 
         def work(lane: _Lane, block):
-            part = host[block] if flat is None else flat[block[0]]
-            off = _block_offset(host.shape, block) if flat is None else block[0].start
+            if flat is None:        # chunks() cuts C-ordered runs: the offset of the first element
+                part, off = host[block], int(np.ravel_multi_index([s.start or 0 for s in block], host.shape))
+            else:
+                part, off = flat[block[0]], block[0].start
             _move(*_ends(part, up), [dptr + off * host.dtype.itemsize], lane.stream, lane.slot, settle=lane.wait)
 
         shape = (host.size,) if flat is not None else host.shape
@@ -626,20 +582,7 @@ def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
     return max(1, min(per, max(_MIN_BLOCK_BYTES // itemsize, -(-n // _limits.threads))))
 
 
-def _block_offset(shape, block) -> int:
-    """Element offset of a block's first element in a C-ordered array of `shape` (blocks from
-    chunks() are contiguous runs in C order)."""
-    off = 0
-    for n, sl in zip(shape, block):
-        off = off * n + (sl.start or 0)
-    return off
-
-
 # ---- the workers -------------------------------------------------------------------------------
-
-class _Cancel:
-    flag = False
-
 
 def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
     """Run work(lane, block) for every block on the workers; each worker takes the next block when
@@ -648,17 +591,15 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
     workers after their current block, drains their streams, and is raised here."""
     k = min(len(blocks), _limits.threads)
     lanes = _ensure_lanes(k, stream.ordinal)
-    start = rt.Event()
-    start.record(stream.cu)
     for lane in lanes:
-        rt.wait_event(lane.stream, start)
+        lane.follow(stream.cu)
     it = iter(blocks)
     take = threading.Lock()
-    cancel = _Cancel()
+    cancel = threading.Event()
 
     def loop(lane: _Lane):
         rt.bind_thread(lane.ordinal)
-        while not cancel.flag:
+        while not cancel.is_set():
             with take:
                 block = next(it, None)
             if block is None:
@@ -666,7 +607,7 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
             try:
                 work(lane, block)
             except BaseException:
-                cancel.flag = True
+                cancel.set()
                 raise
 
     futures = []
@@ -675,7 +616,7 @@ def _run_workers(blocks: Sequence, work: Callable, stream, join: bool) -> None:
         for lane in lanes:
             futures.append(pool.submit(loop, lane))
     except BaseException:       # Ctrl-C while starting them: the ones started stop before this raises
-        cancel.flag = True
+        cancel.set()
         with contextlib.suppress(BaseException):
             _join(futures, lanes, cancel)
         raise
@@ -698,17 +639,15 @@ def _join(futures, lanes, cancel) -> None:
         except FutureTimeout:
             continue
         except BaseException as e:    # KeyboardInterrupt in this thread, or a worker's error
-            cancel.flag = True
+            cancel.set()
             if err is None:
                 err = e
             if pending[0].done():
                 pending.pop(0)
     if err is not None:
         for lane in lanes:
-            try:
+            with contextlib.suppress(Exception):
                 rt.stream_synchronize(lane.stream)
-            except Exception:
-                pass
         raise err
 
 
@@ -820,21 +759,15 @@ def _lane_scratch(lanes, nbytes: int):
 
 def _views(inputs, outputs, flat, block, out_scale, in_scale):
     """The host views a block reads and writes: per input (view, shape), per output (view, shape)."""
-    ins, outs = [], []
-    if flat:
-        sl = block[0]
-        for op, s in zip(inputs, in_scale):
-            a = op.array.reshape(-1) if op.array.flags.c_contiguous else op.array
-            ins.append(a[sl.start // s: -(-sl.stop // s)] if s != 1 else a[sl])
-        for o, s in zip(outputs, out_scale):
-            f = o.reshape(-1)
-            outs.append(f[sl.start // s: -(-sl.stop // s)] if s != 1 else f[sl])
-    else:
-        for op in inputs:
-            ins.append(op.array.reshape(op.shape)[block_of(op.shape, block)])
-        for o in outputs:
-            outs.append(o[block])
-    return ins, outs
+    if not flat:        # an operand of extent 1 on a dim (broadcast) is read at index 0 there
+        return ([op.array.reshape(op.shape)[tuple(slice(0, 1) if n == 1 else sl for n, sl in zip(op.shape, block))]
+                 for op in inputs], [o[block] for o in outputs])
+    sl = block[0]
+
+    def cut(a, s):
+        return a[sl.start // s: -(-sl.stop // s)] if s != 1 else a[sl]
+    return ([cut(op.array.reshape(-1) if op.array.flags.c_contiguous else op.array, s)
+             for op, s in zip(inputs, in_scale)], [cut(o.reshape(-1), s) for o, s in zip(outputs, out_scale)])
 
 
 def _slot_elems(slot: int, arrays, scales, full, direct) -> int:
@@ -960,15 +893,12 @@ def _chunk(ins, outs, ptrs, stream) -> DeviceChunk:
 
 def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch: Callable, stream,
              period: int = 0, scales: Sequence[int] = ()) -> bool:
-    """The small-call path: copy `inputs` up (staged through the small pinned buffer, or straight
-    from their own memory: page-locked ones, and small C-ordered ones that CUDA stages itself),
-    launch(dptrs, optrs, stream, n) with n the elements of the outputs, copy the results into
-    `outputs` and wait. False (nothing done) if they do not fit. With a `period`, launch is
-    elementwise over C-ordered runs and takes any run of whole periods of them (pointers into each
-    operand at the run's start, a row's at its own, and the run's length): a large enough call goes
-    in parts whose copies up and down overlap (_move). Period 1 is any run; a call with rows or
-    columns has runs_of's, and `scales` says, per input, how many of the call's elements each of
-    its own stands for (Runs); by default 1 where an input has the outputs' length, else 0."""
+    """The small-call path: `inputs` up (staged through the small buffer, or from their own memory:
+    page-locked ones, small C-ordered ones CUDA stages itself), launch(dptrs, optrs, stream, n), the
+    results into `outputs`, and a wait; False (nothing done) if they do not fit. With a `period`
+    (1: any run; else runs_of's), launch takes any run of whole periods, and a large call goes in
+    parts whose copies overlap (_move); `scales` per input as in Runs (by default 1 where an input
+    has the outputs' length, else 0)."""
     views = [v if type(v) is np.ndarray else _plain(v) for v in (*inputs, *outputs)]
     sizes = [v.nbytes for v in views]
     if sum(sizes) > _limits.small_bytes:

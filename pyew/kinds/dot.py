@@ -7,7 +7,7 @@ import numpy as np
 from .. import call, library
 from .. import runtime as rt
 from ..array import Buffer, DeviceArray, cast, lookup_dtype
-from ..operands import DEVICE, result_dtype
+from ..operands import DEVICE, classify, result_dtype
 from . import OUT_STREAM, P, binder, make_function
 
 
@@ -19,8 +19,8 @@ class DotOp:
     def __call__(self, a, b, /, *, out=None, stream=None):
         op = self.name
         s = rt.resolve_stream(stream)
-        ao = call.array_operand(a, op, "a", s)
-        bo = call.array_operand(b, op, "b", s)
+        ao = classify(a, op, "a", s, scalars=False)
+        bo = classify(b, op, "b", s, scalars=False)
         # numpy's dot keeps the promoted dtype (int stays int): that dtype needs a kernel itself
         info = lookup_dtype(result_dtype([ao, bo], op))
         entry = call.kernel_for(self.op, info, "fast")

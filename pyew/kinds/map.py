@@ -100,7 +100,6 @@ class MapOp:
         if strided is None or shapes is None:
             return None
         _, layout, n = shapes
-        infos = [(w, w.itemsize) for w in (wants[i] for i in numbers_at)]
         pack = 16 // max(max(w.itemsize for w in wants), out_info.itemsize)
         where = [(i in arrays, numbers_at.index(i) if i in numbers_at else 0) for i in range(len(wants))]
         strides = list(layout)[2:] if layout[0] == 1 else None
@@ -116,7 +115,7 @@ class MapOp:
                 parts.append((at * out_info.itemsize, [at * w.itemsize * st for w, st in zip(wants, strides)],
                               count, ctypes.addressof(part), part))
 
-        numbers = _numbers(numbers_at, infos)
+        numbers = _numbers(numbers_at, [wants[i] for i in numbers_at])
 
         if not tail and not pvals and len(where) == 2:      # a row bias, x * 0.5, 2 ** x: no loops
             (arr0, _), (arr1, _) = where
@@ -178,7 +177,7 @@ class MapOp:
         if strided is None:
             return None
         where = [(i in arrays, arrays.index(i) if i in arrays else numbers_at.index(i)) for i in range(len(wants))]
-        numbers = _numbers(numbers_at, [(wants[i], wants[i].itemsize) for i in numbers_at]) if numbers_at else None
+        numbers = _numbers(numbers_at, [wants[i] for i in numbers_at]) if numbers_at else None
 
         def broadcast(in_ptrs, out_ptrs, s, count, nums):
             _, own = runs.shapes(count)
@@ -254,7 +253,7 @@ def _numbers(numbers_at, infos):
     None for one its dtype cannot hold. A number object seen in the last call (a loop's literal) is
     not converted again; its slot is still looked up, since the slots belong to the runtime."""
     if len(numbers_at) == 1:            # x * 0.5: one number, without the loops
-        (at,), ((info, size),) = numbers_at, infos
+        (at,), (info,) = numbers_at, infos
         last = [None]
 
         def one(args, s):
@@ -264,15 +263,15 @@ def _numbers(numbers_at, infos):
             else:
                 bits = weak_scalar_bits(v, info)
                 last[0] = (v, bits)
-            ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
+            ptr = rt.constant(bits, info.itemsize, s.ordinal) if bits is not None else 0
             return (ptr,) if ptr else None
         return one
-    bits_of = call.reuse_last(lambda values: [weak_scalar_bits(v, info) for v, (info, _) in zip(values, infos)])
+    bits_of = call.reuse_last(lambda values: [weak_scalar_bits(v, info) for v, info in zip(values, infos)])
 
     def numbers(args, s):
         ptrs = []
-        for bits, (_, size) in zip(bits_of([args[i] for i in numbers_at]), infos):
-            ptr = rt.constant(bits, size, s.ordinal) if bits is not None else 0
+        for bits, info in zip(bits_of([args[i] for i in numbers_at]), infos):
+            ptr = rt.constant(bits, info.itemsize, s.ordinal) if bits is not None else 0
             if not ptr:
                 return None
             ptrs.append(ptr)
@@ -280,11 +279,6 @@ def _numbers(numbers_at, infos):
     return numbers
 
 
-BOUND: dict[str, MapOp] = {}     # the MapOp behind each bound function (the CPU stand-ins swap entries)
-
-
 @binder("map")
 def bind_map(op: library.Op):
-    m = MapOp(op)
-    BOUND[op.name] = m
-    return {op.name: m.function()}
+    return {op.name: MapOp(op).function()}

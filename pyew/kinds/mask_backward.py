@@ -37,7 +37,7 @@ class MaskBackwardOp:
         if device and o is not None:
             call.check_alias(o, [dyo], name)
             call.check_alias(o, [mo], name, exact_ok=False)
-        p = call.Prepared(self.op, [dyo, mo], kernel, shape, device)
+        p = call.Prepared([dyo, mo], kernel, shape, device)
         entry = kernel.entry("forward")
 
         def step(ins, outs, shapes, st):

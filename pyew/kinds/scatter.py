@@ -7,7 +7,7 @@ from .. import call, library
 from .. import dtypes as dt
 from .. import runtime as rt
 from ..array import Buffer, DeviceArray, cast
-from ..operands import DEVICE, HOST
+from ..operands import DEVICE, HOST, classify
 from . import P, binder, make_function
 
 _INDEX = {"int32": "i32", "int64": "i64"}
@@ -27,9 +27,9 @@ class ScatterAddOp:
         if not isinstance(dst, np.ndarray) and call.device_out(dst, s, op, "dst") is None:
             raise TypeError(f"{op}: dst must be a GPU array or a writeable numpy array (it is updated in "
                             f"place), not {type(dst).__name__}")
-        do = call.array_operand(dst, op, "dst", s)
-        io = call.array_operand(index, op, "index", s)
-        so = call.array_operand(src, op, "src", s)
+        do = classify(dst, op, "dst", s, scalars=False)
+        io = classify(index, op, "index", s, scalars=False)
+        so = classify(src, op, "src", s, scalars=False)
         info = do.info
         tok = _INDEX.get(io.info.name)
         if tok is None:

@@ -9,7 +9,7 @@ import numpy as np
 from .. import call, library
 from .. import runtime as rt
 from ..array import DeviceArray
-from ..operands import DEVICE
+from ..operands import DEVICE, classify
 from . import OUT_STREAM, P, binder, make_function
 
 
@@ -51,7 +51,7 @@ class UpsampleOp:
         self.name = op.name
 
     def _nchw(self, a, op, what, s):
-        o = call.array_operand(a, op, what, s)
+        o = classify(a, op, what, s, scalars=False)
         if len(o.shape) != 4:
             raise ValueError(f"{op}: {what} must be 4-D (N, C, H, W), got shape {o.shape}")
         return o
