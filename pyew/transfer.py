@@ -36,14 +36,14 @@ def _usable_cpus() -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    # the ring of streamed blocks (15 MiB a slot at 16 threads) and the small buffer (small_bytes)
-    pinned_bytes: int = 432 * _MiB
+    # the ring of streamed blocks (15 MiB a slot at 16 threads) and the small buffer (256 MiB)
+    pinned_bytes: int = 496 * _MiB
     device_bytes: int = 1024 * _MiB
     threads: int = field(default_factory=lambda: max(1, min(16, _usable_cpus())))
     # Up to this many bytes (all operands of a call together), one shot on the caller's stream,
     # its host copies split over libew's copy workers: below it streaming costs more than it gains
     # (docs/tuning.md).
-    small_bytes: int = 192 * _MiB
+    small_bytes: int = 384 * _MiB
 
 
 _limits = Limits()
@@ -239,9 +239,10 @@ def _upload_queued(start: int, nbytes: int, stream) -> None:
 
 
 def _small_buffer_bytes() -> int:
-    """The small buffer's cap: small_bytes, and at most half of pinned_bytes (the ring has the
-    rest); slack for the per-operand alignment of up to 16 operands."""
-    return max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes // 2) + 16 * _ALIGN)
+    """The small buffer's cap: what a one-shot call of two inputs stages (two thirds of small_bytes,
+    as a new result comes down into a pooled block), and at most two thirds of pinned_bytes (the
+    ring has the rest); slack for the per-operand alignment of up to 16 operands."""
+    return max(_MIN_SMALL_PINNED, min(_limits.small_bytes, _limits.pinned_bytes) * 2 // 3 + 16 * _ALIGN)
 
 
 def _ring_slot_bytes() -> int:

@@ -958,7 +958,7 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     stages (a pinned result is not counted), and a call staging more than its cap is declined."""
     step = transfer._SMALL_STEP
     transfer.set_transfer_limits(pinned_bytes=4 * step, small_bytes=3 * step, threads=2)
-    assert 2 * step <= transfer._small_buffer_bytes() < 3 * step          # half of pinned_bytes
+    assert 2 * step <= transfer._small_buffer_bytes() < 3 * step          # two thirds of small_bytes
 
     locked = pinned.empty_pinned(pinned.RESULT_BYTES // 4, "float32")
     locked[...] = 1
@@ -1126,7 +1126,7 @@ def test_the_small_buffer_grows_only_once_uploads_reading_it_are_done(fake, libe
 
     htod = rt.copy_htod
     step = transfer._SMALL_STEP
-    transfer.set_transfer_limits(pinned_bytes=8 * step, small_bytes=4 * step, threads=2)
+    transfer.set_transfer_limits(pinned_bytes=8 * step, small_bytes=6 * step, threads=2)
     monkeypatch.setattr(rt, "Event", LateEvent)
     monkeypatch.setattr(rt, "copy_htod", lambda d, s, n, st: pending.append((d, s, n)))
     a = np.arange(1000, dtype=np.float32)
