@@ -274,11 +274,11 @@ def _run_formula(tree, names: tuple, text: str, dtype: np.dtype, blocks):
 
 def _uploaded_whole(values, out: np.ndarray) -> bool:
     """Whether a numpy chunk's formula goes up whole (pyew.asarray) rather than through the transfer
-    engine: where the engine would stream it (more than small_bytes moved) and its operands fit
-    the device memory one streamed call may use (device_bytes)."""
-    moved = out.nbytes + sum(v.nbytes for v in values if isinstance(v, np.ndarray))
-    limits = transfer.transfer_limits()
-    return limits["small_bytes"] < moved <= limits["device_bytes"]
+    engine: where the engine would stream it (transfer.fits_one_shot) and its operands fit the
+    device memory one streamed call may use (device_bytes)."""
+    arrays = [v for v in values if isinstance(v, np.ndarray)] + [out]
+    moved = sum(a.nbytes for a in arrays)
+    return moved <= transfer.transfer_limits()["device_bytes"] and not transfer.fits_one_shot(arrays)
 
 
 def _gpu_block(blocks):

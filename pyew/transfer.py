@@ -917,11 +917,13 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     # than a copy into the small buffer does
     here = [(not split and n <= _DRIVER_COPY_BYTES and v.flags.c_contiguous) or pinned.is_direct(v)
             for n, v in zip(sizes, views)]
-    if any(n >= _SPLIT_COPY_BYTES and not d for n, d in zip(sizes[:k], here)):
-        library.get().host_copy_wake(min(_limits.threads, _copy_threads))    # to stage it: awake by then
     rounded = [_round(n) for n in sizes]
     need = _size_class(sum(rounded))
     staged = sum(r for r, d in zip(rounded, here) if not d)
+    if staged > _small_buffer_bytes():          # declined before the copy threads are woken for it
+        return False
+    if any(n >= _SPLIT_COPY_BYTES and not d for n, d in zip(sizes[:k], here)):
+        library.get().host_copy_wake(min(_limits.threads, _copy_threads))    # to stage it: awake by then
     with _small_lock:
         buf = _small_buffer(staged) if staged else None     # it holds only the operands it stages
         if staged and buf is None:
@@ -935,6 +937,16 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         finally:
             rt.free(dbase, stream, need)
     return True
+
+
+def fits_one_shot(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether a call of these host arrays (its inputs and outputs) may go in one shot rather than
+    stream: at most small_bytes moved, and what it stages within the small buffer's cap (every
+    operand not page-locked counted, so a call one_shot would take may be said not to fit; never
+    the other way)."""
+    if sum(a.nbytes for a in arrays) > _limits.small_bytes:
+        return False
+    return sum(_round(a.nbytes) for a in arrays if not pinned.is_direct(a)) <= _small_buffer_bytes()
 
 
 def _size_class(n: int) -> int:

@@ -233,6 +233,26 @@ def test_numpy_chunks_the_engine_would_stream_go_up_whole(ed, fakes, rng, monkey
         pyew.set_transfer_limits(**{k: v for k, v in old.items() if k != "pinned_pool_bytes"})
 
 
+def test_numpy_chunks_the_engine_would_decline_go_up_whole(ed, fakes, rng, monkeypatch):
+    """A chunk's formula within small_bytes whose staged operands pass the small buffer's cap (three
+    inputs and a result too small for the pool: all staged) would stream, so it goes up whole, as
+    one that moves more than small_bytes does; with a larger small_bytes it goes in one shot."""
+    a, w, b = (rng.standard_normal((128, 256)).astype(np.float32) for _ in range(3))
+    x, y, z = (da.from_array(v, chunks=(32, 256)) for v in (a, w, b))      # 32 KiB chunks: 128 KiB moved
+    uploads = []
+    real = ed.asarray
+    monkeypatch.setattr(ed, "asarray", lambda v, *args, **kw: uploads.append(v.shape) or real(v, *args, **kw))
+    for small_bytes, want in ((128 << 10, [(32, 256)] * 12), (1 << 20, [])):
+        old = pyew.set_transfer_limits(device_bytes=1 << 20, small_bytes=small_bytes)
+        try:
+            uploads.clear()
+            got = ed.add(ed.mul(x, y), z).compute(scheduler="sync")
+            np.testing.assert_array_equal(got, pyew.add(pyew.mul(a, w), b))
+            assert uploads == want
+        finally:
+            pyew.set_transfer_limits(**{k: v for k, v in old.items() if k != "pinned_pool_bytes"})
+
+
 def test_dask_evaluate(ed, fakes, rng):
     a = rng.standard_normal((50, 8)).astype(np.float32)
     w = rng.standard_normal(8).astype(np.float32)

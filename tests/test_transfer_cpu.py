@@ -986,6 +986,33 @@ def test_the_small_buffer_grows_as_calls_need_it(fake, libew):
     fake.free(d, S)
 
 
+def _add2(ins, outs, stream, n):
+    device_view(outs[0], np.float32, (n,))[...] = (device_view(ins[0], np.float32, (n,)) +
+                                                   device_view(ins[1], np.float32, (n,)))
+
+
+def test_a_call_staging_past_the_cap_streams_without_waking_the_copy_threads(fake, libew, monkeypatch):
+    """A call within small_bytes whose staged operands pass the small buffer's cap (two thirds of
+    small_bytes: two inputs and a pageable result) is declined before libew's copy threads are woken
+    for it, fits_one_shot says so too, and stream_call then streams it right; with a page-locked
+    result it fits and goes in one shot."""
+    transfer.set_transfer_limits(pinned_bytes=8 << 20, small_bytes=3 << 20, threads=2)
+    woken = []
+    monkeypatch.setattr(libew, "host_copy_wake", lambda t: woken.append(t) or 0)
+    a, b = (np.arange(n, n + (1 << 18), dtype=np.float32) for n in (0, 7))         # 1 MiB each
+    res = np.full_like(a, np.nan)
+    assert not transfer.fits_one_shot([a, b, res])
+    assert not transfer.one_shot([a, b], [res], _add2, S) and not woken
+    assert np.isnan(res).all()                                          # nothing done
+    transfer.stream_call([transfer.HostOperand(a, a.shape), transfer.HostOperand(b, b.shape)], [res], a.shape,
+                         lambda c: _add2(c.inputs, c.out, c.stream, c.out_shapes[0][0]), S)
+    np.testing.assert_array_equal(res, a + b)
+    locked = pinned.empty_pinned(a.shape, "float32")
+    assert transfer.fits_one_shot([a, b, locked])
+    assert transfer.one_shot([a, b], [locked], _add2, S) and woken
+    np.testing.assert_array_equal(locked, a + b)
+
+
 def test_small_operands_go_by_cudas_own_copy(fake, libew, monkeypatch):
     """C-ordered operands of at most _DRIVER_COPY_BYTES are copied by CUDA from and to their own
     (pageable) memory: nothing is staged and no small buffer is pinned. A strided one is staged, and
