@@ -49,7 +49,7 @@ def test_ops_run_on_the_second_gpu(two_gpus, rng, dtype):
 def test_numpy_calls_go_to_the_current_gpu(two_gpus, rng, transfer_limits):
     a = random_array(rng, (1 << 22) + 5, "float32")
     pyew.runtime.reset_pool_peak(1)
-    for small in (32 << 20, 0):                               # one shot, then streamed through the lanes
+    for small in (64 << 20, 0):                               # one shot (32 MiB moved), then streamed
         pyew.set_transfer_limits(small_bytes=small)
         with pyew.Device(1):
             r = pyew.sigmoid(a)
