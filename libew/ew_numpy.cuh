@@ -413,6 +413,21 @@ __device__ __forceinline__ T invert(T x) {
 
 // ---- two inputs ---------------------------------------------------------------------------------
 
+// numpy's shifts: a count outside [0, bits) shifts every bit out (0, or -1 for a negative x shifted
+// right) where C leaves it undefined; the left shift goes through the unsigned type, since
+// shifting a negative value left is undefined in C++ before C++20.
+template <typename T>
+__device__ __forceinline__ T left_shift(T x, T n) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<U>(n) < sizeof(T) * 8 ? static_cast<T>(static_cast<U>(x) << static_cast<U>(n)) : T(0);
+}
+
+template <typename T>
+__device__ __forceinline__ T right_shift(T x, T n) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<U>(n) < sizeof(T) * 8 ? static_cast<T>(x >> static_cast<U>(n)) : (x < T(0) ? T(-1) : T(0));
+}
+
 // maximum and minimum propagate NaN (either input's); of equal values (+0 and -0) they return b.
 template <typename T>
 __device__ __forceinline__ T maximum(T a, T b) {

@@ -998,7 +998,7 @@ PyMODINIT_FUNC PyInit__ewcall(void) {
     PyObject** at;
     const char* name;
   } names[] = {{&s_info, "info"},       {&s_shape, "shape"},       {&s_ptr, "ptr"},
-               {&s_buf, "_buf"},        {&s_last, "last"},         {&s_read_on, "read_on"},
+               {&s_buf, "buffer"},        {&s_last, "last"},         {&s_read_on, "read_on"},
                {&s_handle, "handle"},   {&s_dims, "dims"},         {&s_ordinal, "ordinal"},
                {&s_native, "native"},   {&s_target, "target"},     {&s_numbers, "numbers"},
                {&s_requires_grad, "requires_grad"}, {&s_launch, "launch"}};

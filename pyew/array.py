@@ -248,8 +248,8 @@ def _unpickled(values: np.ndarray) -> "DeviceArray":
 
 def keep_view(d: "DeviceArray") -> "DeviceArray":
     """d, an import of another library's GPU array that the caller keeps (Foreign.keep)."""
-    if isinstance(d._buf, Foreign):
-        d._buf.keep()
+    if isinstance(d.buffer, Foreign):
+        d.buffer.keep()
     return d
 
 
@@ -326,12 +326,15 @@ class DeviceArray:
     transfer and a wait, and numpy functions that are not ufuncs (np.concatenate, np.sort,
     np.clip, ...) would otherwise take it silently and return numpy arrays computed on the CPU.
     Call d.get() to copy to the host. Printing (repr, str) and float(d), int(d), bool(d) of one element copy
-    what they show."""
-    __slots__ = ("_buf", "ptr", "shape", "dtype", "info", "size", "__weakref__")
+    what they show.
+
+    `buffer` is the memory it views (pyew's Buffer, or Foreign over another library's), shared by
+    its views: the streams that used it, which frees and later uses wait for."""
+    __slots__ = ("buffer", "ptr", "shape", "dtype", "info", "size", "__weakref__")
     __hash__ = None         # == gives an array, as numpy's and CuPy's arrays do
 
     def __init__(self, buf, ptr: int, shape: tuple[int, ...], info: dt.DType, size: int | None = None):
-        self._buf = buf
+        self.buffer = buf
         self.ptr = ptr
         self.shape = shape
         self.info = info
@@ -375,22 +378,22 @@ class DeviceArray:
     @property
     def owner(self):
         """What keeps the memory alive: a pyew allocation, or the foreign object it came from."""
-        b = self._buf
+        b = self.buffer
         return b.owner if isinstance(b, Foreign) else b
 
     @property
     def readonly(self) -> bool:
-        return isinstance(self._buf, Foreign) and self._buf.read_only
+        return isinstance(self.buffer, Foreign) and self.buffer.read_only
 
     @property
     def device(self) -> rt.Device:
         """The GPU this array lives on."""
-        return rt.Device(self._buf.stream.ordinal)
+        return rt.Device(self.buffer.stream.ordinal)
 
     @property
     def ordinal(self) -> int:
         """The index of the GPU this array lives on."""
-        return self._buf.stream.ordinal
+        return self.buffer.stream.ordinal
 
     def used_on(self, stream) -> None:
         """Work queued on `stream` next writes this array (or may: torch's record_stream): `stream`
@@ -399,12 +402,12 @@ class DeviceArray:
         Interface) waits for that stream. pyew's calls do this for what they write, and read_on
         for what they read, so uses of an array run in the order they were queued whatever their
         streams, and reads on several streams still overlap."""
-        self._buf.used_on(stream)
+        self.buffer.used_on(stream)
 
     def read_on(self, stream) -> None:
         """Work queued on `stream` next reads this array: `stream` first waits for its last write
         on another stream; its memory is not freed before that work ran."""
-        self._buf.read_on(stream)
+        self.buffer.read_on(stream)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -485,12 +488,12 @@ class DeviceArray:
         """CUDA Array Interface v3. `stream` is the stream whose queued work a consumer must wait
         for (1 = the legacy default stream). bfloat16 has no typestr a consumer understands
         (it reads as '<V2'): use DLPack (torch.from_dlpack) for bfloat16."""
-        last = self._buf.settled()
+        last = self.buffer.settled()
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr if self.size else 0, self.readonly),
                 "version": 3, "strides": None, "stream": last.handle or 1}
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (dlpack.KDL_CUDA, self._buf.stream.ordinal)
+        return (dlpack.KDL_CUDA, self.buffer.stream.ordinal)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export (array API standard). stream: the consumer's stream (an int: 1 = legacy
@@ -499,7 +502,7 @@ class DeviceArray:
         max_version: (major, minor) the consumer reads; (1, x) gets a versioned capsule, None or
         (0, x) the legacy one. dl_device: must be this GPU. copy: True exports a copy, False never
         copies (pyew never needs to), None either."""
-        ordinal = self._buf.stream.ordinal
+        ordinal = self.buffer.stream.ordinal
         if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CUDA, ordinal):
             raise BufferError(f"this array is on (kDLCUDA, {ordinal}) and pyew exports it only there, not to "
                               f"{tuple(dl_device)}; move it with .to_device() or copy to the host with .get()")
@@ -520,7 +523,7 @@ class DeviceArray:
             else:
                 src = self
             if stream != -1:
-                src._buf.settled_on(rt.foreign_stream(1 if stream is None else stream, ordinal))
+                src.buffer.settled_on(rt.foreign_stream(1 if stream is None else stream, ordinal))
         version = min(dlpack.VERSION, tuple(max_version)) if versioned else dlpack.VERSION
         return dlpack.export(src.ptr, src.shape, src.info, ordinal, src, versioned=versioned,
                              version=version, read_only=src.readonly, copied=bool(copy))
@@ -529,7 +532,7 @@ class DeviceArray:
     def get(self, stream=None, out: np.ndarray | None = None) -> np.ndarray:
         """Copy to a new numpy array (or into `out`, any layout) and wait for the copy. The copy
         runs after the work queued on the stream (or the current one) and on this array's own."""
-        with rt.on(self._buf.stream.ordinal):
+        with rt.on(self.buffer.stream.ordinal):
             return self._get(stream, out)
 
     def _get(self, stream, out):
@@ -541,7 +544,7 @@ class DeviceArray:
             raise ValueError(f"out must be a writeable {self.dtype} numpy array of shape {self.shape}, got "
                              + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__))
         if self.size:
-            self._buf.read_on(s)
+            self.buffer.read_on(s)
             transfer.to_host(self.ptr, out, s)
         return out
 
@@ -554,7 +557,7 @@ class DeviceArray:
         """Basic indexing on the first axis: d[i] or d[a:b] (step 1), and d[...] or d[()] for the
         whole array; returns a view."""
         if key is Ellipsis or (type(key) is tuple and not key):
-            return DeviceArray(self._buf, self.ptr, self.shape, self.info, self.size)
+            return DeviceArray(self.buffer, self.ptr, self.shape, self.info, self.size)
         if not self.shape:
             raise IndexError("a 0-d DeviceArray cannot be indexed")
         n = self.shape[0]
@@ -565,7 +568,7 @@ class DeviceArray:
                 raise ValueError("DeviceArray slices must have step 1 (views stay contiguous); "
                                  "copy to numpy with .get() for strided access")
             stop = max(stop, start)
-            return DeviceArray(self._buf, self.ptr + start * row, (stop - start,) + self.shape[1:], self.info)
+            return DeviceArray(self.buffer, self.ptr + start * row, (stop - start,) + self.shape[1:], self.info)
         try:
             if isinstance(key, (bool, np.bool_)):       # numpy reads d[True] as a new axis, not row 1
                 raise TypeError
@@ -575,7 +578,7 @@ class DeviceArray:
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
         i %= n
-        return DeviceArray(self._buf, self.ptr + i * row, self.shape[1:], self.info)
+        return DeviceArray(self.buffer, self.ptr + i * row, self.shape[1:], self.info)
 
     def __setitem__(self, key, value):
         """d[i] = v and d[a:b] = v (the views of __getitem__): a number or host data, assigned as
@@ -588,7 +591,7 @@ class DeviceArray:
             return
         if self.readonly:
             raise ValueError("assignment destination is read-only (a read-only GPU array of another library)")
-        with rt.on(self._buf.stream.ordinal):
+        with rt.on(self.buffer.stream.ordinal):
             s = rt.resolve_stream(None)
             if type(value) is not DeviceArray and not isinstance(value, HOST_DATA):
                 from .interop import device_index, import_device  # GPU arrays of other libraries
@@ -660,7 +663,7 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
         src = self.copy() if copy else self
-        return DeviceArray(src._buf, src.ptr, shape, src.info)
+        return DeviceArray(src.buffer, src.ptr, shape, src.info)
 
     def ravel(self, order: str = "C") -> "DeviceArray":
         """The array as one dimension: a view (a DeviceArray is always C-contiguous, so 'C', 'A' and
@@ -676,10 +679,10 @@ class DeviceArray:
 
     def copy(self, stream=None) -> "DeviceArray":
         """A copy on the same GPU, after the work queued on this array (as get() is)."""
-        with rt.on(self._buf.stream.ordinal):
+        with rt.on(self.buffer.stream.ordinal):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
-            self._buf.read_on(s)
+            self.buffer.read_on(s)
             rt.copy_dtod(out.ptr, self.ptr, self.nbytes, s.cu)
         return out
 
@@ -697,7 +700,7 @@ class DeviceArray:
                             f"{casting!r}")
         if info is self.info:
             return self.copy(stream) if copy else self
-        with rt.on(self._buf.stream.ordinal):
+        with rt.on(self.buffer.stream.ordinal):
             return cast(self, info, stream)
 
     def __copy__(self) -> "DeviceArray":
@@ -722,19 +725,19 @@ class DeviceArray:
         stream of the target GPU; its current stream by default) after the work queued on this
         array, without a host sync."""
         j = rt.Device(device).id
-        i = self._buf.stream.ordinal
+        i = self.buffer.stream.ordinal
         if j == i:
             return self
         with rt.on(j):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
             if self.size:
-                rt.stream_wait(s, self._buf.last)
+                rt.stream_wait(s, self.buffer.last)
                 rt.copy_peer(out.ptr, j, self.ptr, i, self.nbytes, s.cu)
                 # what is queued next on this array's GPU (a write into it) waits for the copy, as it
                 # would on one GPU's default stream; an imported array's owner, when the import ends
-                rt.stream_wait(self._buf.last, s)
-                self._buf.read_by(s)
+                rt.stream_wait(self.buffer.last, s)
+                self.buffer.read_by(s)
         return out
 
     # -- printing: the values, copied to the host, as numpy prints them -----------------------------
@@ -750,7 +753,7 @@ class DeviceArray:
         if (self.size == 0 and self.shape != (0,)) or self.size > np.get_printoptions()["threshold"]:
             extras.append(f"shape={self.shape}")
         extras.append(f"dtype={self.info.name}")
-        extras.append(f"device={self._buf.stream.ordinal}")
+        extras.append(f"device={self.buffer.stream.ordinal}")
         head = prefix + body + ","
         tail = ", ".join(extras) + ")"
         if len(head.rsplit("\n", 1)[-1]) + len(tail) > np.get_printoptions()["linewidth"]:
@@ -823,10 +826,10 @@ def copy_into(dst: DeviceArray, src: DeviceArray, stream=None) -> None:
     """Copy src into dst on the GPU (one dtype and shape, one GPU), after the work queued on both."""
     if dst.info is not src.info or dst.shape != src.shape:
         raise ValueError(f"copy_into: dst is {dst.info.name} {dst.shape}, src {src.info.name} {src.shape}")
-    with rt.on(dst._buf.stream.ordinal):
+    with rt.on(dst.buffer.stream.ordinal):
         s = rt.resolve_stream(stream)
-        src._buf.read_on(s)
-        dst._buf.used_on(s)
+        src.buffer.read_on(s)
+        dst.buffer.used_on(s)
         if src.nbytes:
             rt.copy_dtod(dst.ptr, src.ptr, src.nbytes, s.cu)
 
@@ -860,8 +863,8 @@ def cast(a: DeviceArray, info: dt.DType, stream=None, out: DeviceArray | None = 
                         f"{a.info.name} kernel); add it to a spec and rebuild")
     s = rt.resolve_stream(stream)
     res = out if out is not None else DeviceArray.new(a.shape, info, s)
-    a._buf.read_on(s)
-    res._buf.used_on(s)
+    a.buffer.read_on(s)
+    res.buffer.used_on(s)
     if a.size:
         library.launch(entry, (res.ptr, a.ptr, a.size), s)
     return res

@@ -68,7 +68,11 @@ UNARY = {ast.USub: "negative", ast.UAdd: "positive", ast.Invert: "invert"}
 COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
            ast.Eq: "equal", ast.NotEq: "not_equal"}
 # numexpr's function names that differ from numpy's ufunc names
-ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "neg": "negative", "round": "rint"}
+ALIASES = {"abs": "absolute", "pow": "power", "mod": "remainder", "neg": "negative", "round": "rint",
+           "true_divide": "divide"}
+# numexpr's functions that are formulas of one argument here: copy(x) is x (a formula's result is
+# new anyway), ones_like(x) ones of x's dtype (True, NEP 50's weak bool, takes it)
+SPELLED = {"copy": lambda x: x, "ones_like": lambda x: Call("where", (Const(True), Const(True), x))}
 # numexpr's reductions: a formula is elementwise (a library op of the name is called as any other)
 REDUCTIONS = {"sum": "np.sum(evaluate(...))", "prod": "np.prod(evaluate(...))",
               "min": "minimum(a, b) elementwise, or np.min(...) of the result",
@@ -269,6 +273,10 @@ class _Parser:
             if node.func.id.startswith("__"):
                 self.refuse(node, f"the name {node.func.id!r}")
             name = canonical(node.func.id)
+            if name not in self.callables and name in SPELLED:
+                if len(node.args) != 1 or node.keywords or isinstance(node.args[0], ast.Starred):
+                    self.refuse(node, f"{name}() of anything but one argument")
+                return SPELLED[name](self.visit(node.args[0]))
             if name not in self.callables and name in REDUCTIONS:
                 raise FormulaError(f"{name}() is a reduction in numexpr; formulas are elementwise: use "
                                    f"{REDUCTIONS[name]}{_where(self.expr, node)}")

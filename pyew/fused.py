@@ -37,12 +37,14 @@ from .operands import (
     COMPARISONS,
     DEVICE,
     HOST,
+    INT64,
     SCALAR,
     Operand,
     broadcast_shape,
     classify,
     kernel_dtype,
     numpy_name,
+    past_int64,
     python_number,
     result_dtype,
     scalar_value,
@@ -351,6 +353,8 @@ class Program:
                 operands.append(Operand(name, SCALAR, expr[2].pytype(0) if isinstance(expr, tuple) else expr, None, ()))
             else:
                 operands.append(Operand(name, DEVICE, None, info, ()))
+        # a comparison of integers with a constant past int64: numpy 2 answers it (in float64 here)
+        operands = past_int64(op, operands)
         try:
             result = result_dtype(operands, n.op) if operands else np.dtype(np.float64)
             if numpy_name(op) in COMPARISONS and result.kind in "iu":
@@ -626,7 +630,17 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
     prog = program(tree, args, text)
     arrays = [o for o in operands if o.kind != SCALAR]
     scalars = _python_values([o.value for o in operands if o.kind == SCALAR])
-    blob = prog.packed(scalars)
+    try:
+        blob = prog.packed(scalars)
+    except OverflowError as e:
+        if not any(map(_past_int64, scalars)):
+            raise
+        # a Python int past int64, which a kernel's 64-bit number cannot hold: the single ops take
+        # it where numpy 2 does (comparing integers with it), op by op; elsewhere the formula's error
+        try:
+            return _op_by_op(tree, values, text, out, stream, None)
+        except OverflowError:
+            raise e from None
     shape = broadcast_shape(arrays, text)
     device = any(o.kind == DEVICE for o in arrays)
     o = call.check_out(out, device, shape, prog.out, text, s)
@@ -668,7 +682,8 @@ def _plan_numbers(prog: Program, operands):
     reused while a call passes the same number objects."""
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
-    packed_of = call.reuse_last(lambda values: _addressed(prog.packed(_python_values(values))))
+    packed_of = call.reuse_last(lambda values: None if any(map(_past_int64, values)) else
+                                _addressed(prog.packed(_python_values(values))))
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
@@ -728,11 +743,15 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=(runs.period, runs.scales))
 
 
-def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
-    """Without NVRTC: the formula one op at a time on the GPU, numpy operands uploaded once and the
-    result brought back once."""
+def _past_int64(v) -> bool:
+    return type(v) is int and not INT64[0] <= v <= INT64[1]
+
+
+def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None):
+    """The formula one op at a time on the GPU, numpy operands uploaded once and the result brought
+    back once: without NVRTC (`why`, said once), or for a number no kernel can hold (why None)."""
     global _fallback_warned
-    if not _fallback_warned:
+    if why is not None and not _fallback_warned:
         _fallback_warned = True
         warnings.warn(f"pyew: formulas run one kernel per op, not fused: {why}", RuntimeWarning, stacklevel=4)
     from . import kinds
@@ -758,7 +777,7 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str):
         fn = table.get(op.name)
         if fn is None:
             raise FormulaError(f"formula {text!r} uses {n.op!r}, an op of {op.source} loaded by pyew.load_spec, "
-                               f"which runs only compiled: {why}")
+                               f"which runs only compiled: {why or 'a number past int64 does not fit a kernel'}")
         return fn(*args, **dict(n.params), stream=stream)
 
     r = ev(tree)

@@ -122,12 +122,21 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
         op = vocab[node.op]
         kids = [ev(a) for a in node.args]
         from pyew.formula import PYTHON_OPS
-        from pyew.operands import COMPARISONS, DEVICE, SCALAR, Operand, kernel_dtype, numpy_name, result_dtype
+        from pyew.operands import (
+            COMPARISONS,
+            DEVICE,
+            SCALAR,
+            Operand,
+            kernel_dtype,
+            numpy_name,
+            past_int64,
+            result_dtype,
+        )
         if node.operator and node.op in PYTHON_OPS and not node.params and all(i is None for _, i in kids):
             return PYTHON_OPS[node.op](*[v for v, _ in kids]), None        # Python's arithmetic (weak)
         operands = [Operand(nm, SCALAR, v, None, ()) if i is None else Operand(nm, DEVICE, None, i, ())
                     for nm, (v, i) in zip(op.inputs, kids)]
-        result = result_dtype(operands, op.name)
+        result = result_dtype(past_int64(op, operands), op.name)
         if numpy_name(op) in COMPARISONS and result.kind in "iu" and any(
                 o.kind == SCALAR and type(o.value) is int for o in operands):
             result = np.dtype(np.int64)             # as the formula's kernel compares Python ints
@@ -135,8 +144,9 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
         k = op.kernel(kd)
         params = {p.name: p.default for p in op.params}
         params.update(dict(node.params))
-        ins = [np.asarray(v).astype(d.np) for (v, _), d in zip(kids, getattr(k, "in_dtypes", None) or
-                                                               [kd] * len(kids))]
+        want = getattr(k, "in_dtypes", None) or [kd] * len(kids)
+        ins = [np.asarray(float(v) if type(v) is int and d.kind == "float" else v).astype(d.np)
+               for (v, _), d in zip(kids, want)]
         with np.errstate(all="ignore"):
             r = evaluate(op.ref, op.inputs, ins, params, kd, getattr(k, "in_dtypes", None))
             return np.asarray(r).astype(k.out_dtype.np), k.out_dtype

@@ -217,7 +217,7 @@ def test_reshape_ravel_are_views_and_check_the_shape():
     for shape in ((24,), (2, 12), (2, 3, 4), (-1,), (3, -1), (2, -1, 3), ((2, 12),), ([4, 6],),
                   (np.int64(24),), ((np.int32(6), -1),)):
         r = d.reshape(*shape)
-        assert r.ptr == d.ptr and r._buf is d._buf and r.size == 24, shape
+        assert r.ptr == d.ptr and r.buffer is d.buffer and r.size == 24, shape
     assert d.reshape(2, 3, 4).shape == (2, 3, 4) and d.reshape((3, -1)).shape == (3, 8)
     assert d.ravel().shape == (24,) and d.ravel().ptr == d.ptr
     assert _bare((0, 3)).reshape(-1, 3).shape == (0, 3) and _bare((1,)).reshape(()).shape == ()
@@ -950,4 +950,4 @@ def test_an_array_read_on_one_stream_wrapped_anew_each_call_remembers_it_once(li
     for _ in range(50):
         with pyew.ExternalStream(12345):
             pyew.add(x, w)
-    assert len(w._buf.readers) == 1 and len(w._buf.others) == 1
+    assert len(w.buffer.readers) == 1 and len(w.buffer.others) == 1

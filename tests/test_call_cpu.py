@@ -199,11 +199,11 @@ def test_the_common_device_call_keeps_the_streams_books(fakes, rng):
     s = pyew.ExternalStream(0x5000)        # another library's stream (a Stream needs a real GPU)
     with s:
         y = pyew.sigmoid(x)
-    assert y._buf.stream is s and x._buf.readers == [s] and s in x._buf.others
-    assert x._buf.last is pyew.runtime.DEFAULT_STREAM          # its last write: the upload
+    assert y.buffer.stream is s and x.buffer.readers == [s] and s in x.buffer.others
+    assert x.buffer.last is pyew.runtime.DEFAULT_STREAM          # its last write: the upload
     z = pyew.add(y, x)
-    assert z._buf.stream is pyew.runtime.DEFAULT_STREAM and y._buf.last is s
-    assert y._buf.readers == [pyew.runtime.DEFAULT_STREAM]
+    assert z.buffer.stream is pyew.runtime.DEFAULT_STREAM and y.buffer.last is s
+    assert y.buffer.readers == [pyew.runtime.DEFAULT_STREAM]
     np.testing.assert_allclose(z.get(), 1 / (1 + np.exp(-a.astype(np.float64))) + a, rtol=1e-6, atol=1e-6)
     e = pyew.relu(pyew.empty((0, 3), "float16"))
     assert isinstance(e, pyew.DeviceArray) and e.shape == (0, 3) and e.dtype == np.float16

@@ -679,8 +679,12 @@ def test_numexpr_mistakes_are_refused_before_anything_runs(vocab):
         fused.parse("x + 1 // 0")
     with pytest.raises(pyew.FormulaError, match="fails: a complex result"):
         fused.parse("x + (-1) ** 0.5")
-    with pytest.raises(pyew.FormulaError, match="'left_shift', which the loaded library has no op for"):
-        typed("i << 2", i="int32")
+    assert typed("i << 2", i="int32").out.name == "int32" and typed("i >> n", i="int64", n=int).out.name == "int64"
+    assert fused.parse("true_divide(x, y)")[0].op == "divide"
+    assert fused.parse("copy(x)")[0] == formula.Var("x")
+    assert fused.parse("ones_like(x)")[0].op == "where"
+    with pytest.raises(pyew.FormulaError, match="copy\\(\\) of anything but one argument"):
+        fused.parse("copy(x, y)")
 
 
 def test_powers_take_any_exponent(vocab, fakes):
@@ -708,6 +712,50 @@ def test_powers_take_any_exponent(vocab, fakes):
         pyew.evaluate("x * n", dict(x=d, n=10 ** 400))
     with pytest.raises(OverflowError, match="does not fit in 64 bits"):
         pyew.evaluate("i + n", dict(i=i, n=2 ** 64))
+
+
+def test_numexpr_spellings_shifts_and_ints_past_int64(fakes):
+    """copy, ones_like and true_divide as numexpr has them; << and >> as numpy's shifts (a count
+    outside [0, bits) shifts every bit out); a Python int past int64 compared with integers gives
+    numpy 2's answer, from evaluate and fuse, a formula's constant or a call's number, after a plan
+    was made with a small one; anywhere else numpy's OverflowError, nothing written to out=."""
+    x = np.array([-1.5, 0.0, 2.0, np.nan], np.float32)
+    b = np.array([True, False])
+    np.testing.assert_array_equal(pyew.evaluate("copy(x) * 2"), x * 2)
+    for v in (x, b, np.arange(3, dtype=np.int64)):
+        got = pyew.evaluate("ones_like(v)")
+        assert got.dtype == v.dtype
+        np.testing.assert_array_equal(got, np.ones_like(v))
+    np.testing.assert_array_equal(pyew.evaluate("true_divide(x, 2)"), x / np.float32(2))
+    for dtype in (np.int32, np.int64):
+        bits = np.iinfo(dtype).bits
+        i = np.array([5, -5, 1, -1, 123456, -(1 << (bits - 1))], dtype)
+        for count in (-1, 0, 1, bits - 1, bits, bits + 1, 1000):
+            n = np.full(i.shape, count, dtype)
+            np.testing.assert_array_equal(pyew.evaluate("i << n"), np.left_shift(i, n), err_msg=str(count))
+            np.testing.assert_array_equal(pyew.evaluate("i >> n"), np.right_shift(i, n), err_msg=str(count))
+            np.testing.assert_array_equal((pyew.asarray(i) << pyew.asarray(n)).get(), i << n)
+    i = np.arange(-3, 5, dtype=np.int64)
+    d = pyew.asarray(i)
+    less = pyew.fuse(lambda a, n: a < n)
+    np.testing.assert_array_equal(pyew.evaluate("i < n", dict(i=d, n=3)).get(), i < 3)      # a plan, then
+    np.testing.assert_array_equal(less(d, 3).get(), i < 3)
+    for n in (2 ** 70, -2 ** 70, 2 ** 63, -2 ** 63 - 1):
+        np.testing.assert_array_equal(pyew.evaluate("i < n", dict(i=d, n=n)).get(), i < n)
+        np.testing.assert_array_equal(pyew.evaluate("(i + 1) >= n", dict(i=i, n=n)), (i + 1) >= n)
+        np.testing.assert_array_equal(less(d, n).get(), i < n)
+    np.testing.assert_array_equal(pyew.evaluate("i == 1180591620717411303424", dict(i=d)).get(), i == 2 ** 70)
+    np.testing.assert_array_equal(pyew.evaluate("i != -1180591620717411303424", dict(i=i)), i != -2 ** 70)
+    out = np.full(i.shape, 7, np.int64)
+    with pytest.raises(OverflowError, match="does not fit in 64 bits"):
+        pyew.evaluate("i + n", dict(i=i, n=2 ** 70), out=out)
+    assert (out == 7).all()
+    with pytest.raises(OverflowError):                          # numpy refuses bool < 2**70
+        pyew.evaluate("b < n", dict(b=pyew.asarray(b), n=2 ** 70))
+    with pytest.raises(OverflowError):
+        pyew.evaluate("i + 1180591620717411303424", dict(i=d))
+    assert pyew.clip(b, False, True).dtype == np.bool_
+    np.testing.assert_array_equal(pyew.clip(b, True, True), np.clip(b, True, True))
 
 
 def test_fuse_takes_params_flags_methods_and_any_signature(fakes):

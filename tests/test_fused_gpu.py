@@ -18,10 +18,11 @@ from pyew import formula, fused, jit
 from pyew.formula import Call, Const, Var
 
 from . import reference
-from .helpers import ROOT, poison
+from .helpers import ROOT, map_kernels, poison, random_array
 
 pytestmark = pytest.mark.gpu
 
+SEED = int(os.environ.get("PYEW_FUZZ_SEED", "1234"))
 RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5, "float64": 1e-12}
 
 
@@ -190,6 +191,65 @@ def test_fuzzed_trees(seed):
     values = {k: (pyew.asarray(v) if on_gpu and v.ndim else v) for k, v in host.items()}
     got = fused.run(tree, values, formula.text(tree))
     check(got, host, tree, f"seed {seed}: {formula.text(tree)} {[(k, v.dtype.name, v.shape) for k, v in host.items()]}")
+
+
+def _leaf(r, name: str, info, shapes: dict, first: bool):
+    """An operand of the op under test: an array of the kernel's input dtype, of a random broadcast
+    shape (the first of the result's), or now and then a Python number of its kind."""
+    if not first and info.kind != "bool" and r.random() < 0.2:
+        # integers from 1: no division by zero, no negative power (numpy's error for a Python int)
+        return Const(int(r.integers(1, 4)) if info.kind == "int" else round(float(r.uniform(-2, 2)), 3))
+    shapes[name] = (SHAPES[0] if first else SHAPES[int(r.integers(0, len(SHAPES)))], info)
+    return Var(name)
+
+
+def _continued(r, node, info, shapes: dict):
+    """The op's result carried on by a few ops that keep its own error, which the check's tolerance
+    is for: exact ones on floats (negation, halving, absolute value, a selection), and on integers
+    ones that wrap modulo their width as the int64 reference does (so a result the kernel wrapped
+    stays comparable); a bool result selects between two float arrays or is combined with another."""
+    name = f"c{len(shapes)}"
+    for _ in range(int(r.integers(0, 3))):
+        k = int(r.integers(0, 4))
+        if info.kind == "float":
+            leaf = _leaf(r, name + str(_), info, shapes, False)
+            node = [Call("negative", (node,)), Call("multiply", (node, Const(0.5))), Call("absolute", (node,)),
+                    Call("maximum", (node, leaf))][k]
+        elif info.kind == "int":
+            leaf = _leaf(r, name + str(_), info, shapes, False)
+            node = [Call("negative", (node,)), Call("add", (node, leaf)), Call("multiply", (node, leaf)),
+                    Call("bitwise_xor", (node, leaf))][k]
+        elif k < 2:
+            a, b = (_leaf(r, f"{name}{_}{j}", dt.BY_NAME["float32"], shapes, False) for j in "ab")
+            return Call("where", (node, a, b))
+        else:
+            node = Call(["logical_and", "logical_xor"][k - 2], (node, _leaf(r, name + str(_), info, shapes, False)))
+    return node
+
+
+@pytest.mark.parametrize("op,k", map_kernels(lambda op, k: op.name in fused.vocabulary()))
+def test_every_op_and_dtype_in_a_fuzzed_formula(op, k, rng):
+    """Each map op of the library at each of its dtypes, in a random formula: its operands arrays of
+    random broadcast shapes (numpy or pyew's) or numbers, its params random, its result carried on
+    by a few other ops, against the ops' float64 references."""
+    r = np.random.default_rng([SEED, *map(ord, f"{op.name}-{k.dtype.name}")])
+    shapes: dict = {}
+    args = tuple(_leaf(r, f"v{i}", d, shapes, i == 0) for i, d in enumerate(k.in_dtypes))
+    params = tuple(sorted((p.name, p.default if p.default is not None and r.random() < 0.5 else
+                           (round(float(r.uniform(0.1, 2)), 2) if p.type == "float" else int(r.integers(1, 4))))
+                          for p in op.params))
+    tree = _continued(r, Call(op.name, args, params), k.out_dtype, shapes)
+    host = {}
+    for name, (shape, info) in shapes.items():
+        a = random_array(rng, max(1, int(np.prod(shape))), info.name).reshape(shape)
+        host[name] = a if shape else a.reshape(())[()]          # a 0-d operand: a numpy scalar
+    if op.name in ("div", "divide", "floor_divide", "remainder", "fmod") and "v1" in host and k.dtype.kind != "float":
+        host["v1"] = np.where(host["v1"] == 0, 7, host["v1"]).astype(host["v1"].dtype)
+    on_gpu = bool(r.integers(0, 2))
+    values = {n: (pyew.asarray(v) if on_gpu and np.ndim(v) else v) for n, v in host.items()}
+    got = fused.run(tree, values, formula.text(tree))
+    shown = [(n, np.asarray(v).dtype.name, np.shape(v)) for n, v in host.items()]
+    check(got, host, tree, f"{formula.text(tree)} {shown}")
 
 
 # ---- layouts, sizes and special values -------------------------------------------------------------

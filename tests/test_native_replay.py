@@ -171,7 +171,7 @@ def test_each_slot_from_its_source_and_the_key_is_plan_keys(probe):
     assert res is s.made[0] and res.shape == (3,) and res.info is F32
     assert probe.calls.value == before + 1
     assert s.seen(7) == [0x5000, 0x1000, 0x2000, 3, 7, 132, 2048]
-    assert x._buf.reads == [] and y._buf.reads == []          # last used on the call's stream: no wait
+    assert x.buffer.reads == [] and y.buffer.reads == []          # last used on the call's stream: no wait
 
 
 @needs_ext
@@ -181,7 +181,7 @@ def test_an_array_last_used_on_another_stream_is_read_on_this_one(probe):
     x, y = array(other, 0x1000), array(s.stream, 0x2000)
     s.plan([x, y], [("o", 0), ("a", 1), ("a", 0), ("c", 3)])
     s.fn((x, y))
-    assert x._buf.reads == [s.stream] and y._buf.reads == []
+    assert x.buffer.reads == [s.stream] and y.buffer.reads == []
     assert s.seen(3) == [0x5000, 0x2000, 0x1000]
 
 
@@ -506,7 +506,7 @@ def test_replays_and_declines_leak_no_references(probe):
         return [sys.getrefcount(o) for o in watched]
     s.fn((x, t))
     s.made.clear()
-    x._buf.reads.clear()
+    x.buffer.reads.clear()
     before = counts()
     for _ in range(200):
         s.fn((x, t))                  # replayed (x read on the call's stream each time)
@@ -515,7 +515,7 @@ def test_replays_and_declines_leak_no_references(probe):
         _set_tensor(probe, stream=9)
         s.fn((x, t))                  # a foreign tensor declined
         _set_tensor(probe)
-    assert len(x._buf.reads) == 200            # read on the call's stream by each replay alone
+    assert len(x.buffer.reads) == 200            # read on the call's stream by each replay alone
     s.made.clear()
-    x._buf.reads.clear()
+    x.buffer.reads.clear()
     assert counts() == before

@@ -136,6 +136,28 @@ def test_integer_powers(dtype):
     np.testing.assert_array_equal(got[~pos], np.array([1, -1, 1, 0, 0], dtype))
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_shifts_by_any_count(dtype, rng):
+    """left_shift and right_shift as numpy's: counts outside [0, bits) (negative ones too) shift
+    every bit out, 0 or -1 for a negative value shifted right, where C leaves them undefined;
+    every value against every count (a broadcast), as ops, operators and in a formula, into poisoned outs."""
+    info = np.iinfo(dtype)
+    x = np.concatenate([[0, 1, -1, 5, -5, info.max, info.min, 123456789 % info.max],
+                        rng.integers(info.min, info.max, 56, dtype=dtype, endpoint=True)]).astype(dtype)
+    n = np.array([info.min, -65, -64, -1, 0, 1, 2, info.bits - 2, info.bits - 1, info.bits, info.bits + 1, 63, 64,
+                  65, 1000, info.max], dtype)
+    xs, ns = x[:, None], n[None, :]
+    dx, dn = pyew.asarray(np.ascontiguousarray(np.broadcast_to(xs, (x.size, n.size)))), pyew.asarray(n)
+    for name, want in (("left_shift", np.left_shift(xs, ns)), ("right_shift", np.right_shift(xs, ns))):
+        out = poison(pyew.empty(want.shape, dtype))
+        getattr(pyew, name)(dx, dn, out=out)
+        np.testing.assert_array_equal(out.get(), want, err_msg=name)
+        np.testing.assert_array_equal(getattr(pyew, name)(xs, ns), want, err_msg=f"{name} numpy")
+        sym = "<<" if name == "left_shift" else ">>"
+        np.testing.assert_array_equal(pyew.evaluate(f"(a {sym} b) ^ 0", dict(a=xs, b=ns)), want, err_msg=sym)
+        np.testing.assert_array_equal((dx << dn if sym == "<<" else dx >> dn).get(), want, err_msg=sym)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 def test_nan_and_signed_zeros(dtype):
     nan, inf = np.nan, np.inf
