@@ -460,10 +460,27 @@ def test_errors_write_nothing(rng):
     np.testing.assert_array_equal(out.get(), before)
 
 
-def test_compile_errors_name_the_formula(monkeypatch):
+def test_compile_errors_name_the_formula(monkeypatch, tmp_path):
+    """NVRTC's error names the formula; a formula whose compile fails writes nothing to out= and
+    leaves no kernel behind (the same call compiles once NVRTC works again)."""
     with pytest.raises(jit.CompileError, match="'broken'") as e:
         jit.compile_cubin("this is not C++", "ew::nothing<int>", "sm_90", [jit.cuda_include()], "broken")
     assert len(str(e.value)) < 600
+    monkeypatch.setenv("PYEW_CACHE_DIR", str(tmp_path))          # nothing compiled before: it compiles now
+    x = pyew.asarray(np.linspace(-2, 2, 1001, dtype=np.float32))
+    out = poison(pyew.empty(x.shape))
+    real = jit.compile_cubin
+
+    def broken(source, name_expression, arch, include, text):
+        return real("this is not C++", name_expression, arch, include, text)
+    monkeypatch.setattr(jit, "compile_cubin", broken)
+    expr = "tanh(x) * 7.03125 + 0.0078125"
+    with pytest.raises(jit.CompileError, match="7.03125"):
+        pyew.evaluate(expr, local_dict={"x": x}, out=out)
+    assert np.isnan(out.get()).all()
+    monkeypatch.setattr(jit, "compile_cubin", real)
+    pyew.evaluate(expr, local_dict={"x": x}, out=out)
+    check(out, {"x": x.get()}, parsed(expr), expr)
 
 
 # ---- the cache ------------------------------------------------------------------------------------

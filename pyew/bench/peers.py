@@ -13,8 +13,10 @@ import numpy as np
 
 from .. import dtypes as dt
 
+# pyew -> (torch, kwargs)
 TORCH_NAMES = {"gelu_tanh": ("gelu", {"approximate": "tanh"}), "scale": ("mul", {}), "equal": ("eq", {}),
-               "invert": ("bitwise_not", {}), "power": ("pow", {}), "rint": ("round", {})}   # pyew -> (torch, kwargs)
+               "invert": ("bitwise_not", {}), "power": ("pow", {}), "rint": ("round", {}),
+               "left_shift": ("bitwise_left_shift", {}), "right_shift": ("bitwise_right_shift", {})}
 # no one torch function: what a torch user writes (two kernels), and the form writing into out (relu: clamp_min's)
 TORCH_CALLS = {
     "add_relu": (lambda t: lambda x, y: t.relu(x + y), lambda t: lambda x, y, out: t.relu_(t.add(x, y, out=out))),
