@@ -219,9 +219,10 @@ class OutMismatch(ValueError):
         self.info, self.shape = info, shape
 
 
-def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: str | None = None):
+def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: str | None = None,
+              casting: str = "same_kind"):
     """out= as numpy's: the result computed without it (`compute()`), then written into out, cast
-    with casting 'same_kind' (checked first, so a refused cast computes nothing) and, for a numpy
+    with `casting` (checked first, so a refused cast computes nothing) and, for a numpy
     out, broadcast to its shape. Another library's GPU array is checked and written through the
     view pyew imports of it. `label`: what a refused cast's message calls the call (numpy's
     "ufunc 'add'"; by default the op's name as a ufunc's). Returns out."""
@@ -231,9 +232,9 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: 
         if target is None:
             raise why
     if why.info is not None:
-        if not np.can_cast(why.info.np, target.dtype, "same_kind"):
+        if not np.can_cast(why.info.np, target.dtype, casting):
             raise TypeError(f"Cannot cast {label or f'ufunc {op!r}'} output from {why.info.np!r} to "
-                            f"{np.dtype(target.dtype)!r} with casting rule 'same_kind'") from None
+                            f"{np.dtype(target.dtype)!r} with casting rule {casting!r}") from None
         if type(target) is DeviceArray and target.info is not why.info and cast_entry(why.info, target.info) is None:
             raise TypeError(f"{op}: the result is {why.info.name} and out is {target.info.name}, but the library has "
                             f"no cast from {why.info.name} to {target.info.name} (op to_{target.info.name}); add it "
@@ -248,7 +249,7 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: 
                              f"broadcast shape {both}") from None
     res = compute()
     if isinstance(target, np.ndarray):
-        np.copyto(target, res.get() if isinstance(res, DeviceArray) else res, casting="same_kind")
+        np.copyto(target, res.get() if isinstance(res, DeviceArray) else res, casting=casting)
         return out
     with resolve_stream_of(out, stream):
         target[...] = res

@@ -529,9 +529,10 @@ def _replayer(tree, arity: int):
     return got[1]
 
 
-def run(tree, values: dict, text: str, out=None, stream=None, names=None):
+def run(tree, values: dict, text: str, out=None, stream=None, names=None, casting: str = "same_kind"):
     """The formula over these operands (name -> array or number): one kernel on the call path.
-    names: the tree's variables, where the caller has them."""
+    names: the tree's variables, where the caller has them; casting: numpy's rule for an out= of
+    another dtype."""
     if names is None:
         names = formula.variables(tree)
     if out is None and stream is None:
@@ -560,7 +561,8 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
     if (out is None or (type(out) is np.ndarray and not out.ndim)) and _zero_d_only(values[n] for n in names):
         # numpy's 0-d operands alone (numexpr takes them): computed as one-element arrays, a 0-d result
         ones = {n: (np.asarray(v).reshape(1) if not python_number(v) else v) for n, v in values.items()}
-        res = run(tree, ones, text, out=None if out is None else out.reshape(1), stream=stream, names=names)
+        res = run(tree, ones, text, out=None if out is None else out.reshape(1), stream=stream, names=names,
+                  casting=casting)
         return res.reshape(())[()] if out is None else out
 
     if out is None:
@@ -570,7 +572,7 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None):
         return call.returned(out, _on_gpu(tree, values, text, out, stream, names))
     except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
         return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names), text, stream,
-                              f"formula {text!r}")
+                              f"formula {text!r}", casting)
 
 
 def _on_gpu(tree, values: dict, text: str, out, stream, names):
@@ -785,10 +787,9 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None):
         raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
     if out is None:
         return r.get() if host else r
-    try:           # the fused path's check of out=, so either path takes and refuses the same outs
-        o = call.check_out(out, not host, r.shape, r.info, text, rt.resolve_stream(stream))
-    except call.OutMismatch as e:      # another dtype or a shape the result broadcasts to: as numpy's out=
-        return call.write_out(out, e, lambda: r, text, stream, f"formula {text!r}")
+    # the fused path's check of out=, so either path takes and refuses the same outs; one of another
+    # dtype or a shape the result broadcasts to raises OutMismatch, which run() writes as numpy's out=
+    o = call.check_out(out, not host, r.shape, r.info, text, rt.resolve_stream(stream))
     if isinstance(o, np.ndarray):
         return r.get(out=o)
     with call.resolve_stream_of(out, stream):
@@ -828,15 +829,17 @@ def lookup_names(expr: str, names, local_dict, global_dict, frame) -> dict:
     return values
 
 
-def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None, *, out=None, stream=None):
+def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None = None, out=None,
+             order: str = "K", casting: str = "same_kind", *, stream=None):
     """Evaluate a formula over arrays as one GPU kernel, as numexpr.evaluate does on the CPU.
 
     Names are looked up in local_dict, then global_dict, as numexpr does: either one not given
     is the caller's (its locals, its globals). Operands may be numpy arrays (streamed
     through the GPU once; the result is numpy), GPU arrays (pyew's DeviceArray, torch, CuPy, ...:
     the result is a DeviceArray) and numbers. `out=` receives the result as numpy's out= does
-    (another dtype with casting 'same_kind'; a numpy out the result broadcasts to) and is
-    returned; `stream=` runs it on a pyew.Stream.
+    (another dtype by `casting`, numpy's rule: 'same_kind' unless given; a numpy out the result
+    broadcasts to) and is returned; `stream=` runs it on a pyew.Stream. Results are C-ordered:
+    `order` may be numexpr's 'K' (its default), 'A' or 'C'.
 
     The language: numbers, names, + - * / // % **, comparisons (put brackets around them beside
     & | ^: (x > 0) & (y > 0)), & | ^ ~, where(c, a, b), numexpr's functions (exp, log, sqrt,
@@ -844,9 +847,17 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     as keywords: evaluate("elu(x, alpha=0.5)"). and/or/not, numexpr's reductions (sum, max) and
     its functions of complex numbers and strings (real, conj, contains) are refused. The first
     call of a formula compiles its kernel (cached in memory and on disk: python -m pyew cache)."""
+    if order not in ("K", "A", "C"):
+        raise ValueError(f"evaluate: order={order!r}; pyew's results are C-ordered: 'K', 'A' or 'C' (write "
+                         "into an F-ordered out= for another layout)")
+    if casting not in _CASTINGS:
+        raise ValueError(f"evaluate: casting must be one of {', '.join(map(repr, _CASTINGS))}, not {casting!r}")
     tree, names = parse(expr)
     values = lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
-    return run(tree, values, expr.strip(), out=out, stream=stream, names=names)
+    return run(tree, values, expr.strip(), out=out, stream=stream, names=names, casting=casting)
+
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 
 
 class Fused:

@@ -562,6 +562,8 @@ def test_without_nvrtc_formulas_run_op_by_op_and_say_why_once(fakes, monkeypatch
     with pytest.raises(TypeError, match="Cannot cast formula 'sigmoid\\(x\\) - w' output"):
         pyew.evaluate("sigmoid(x) - w", local_dict={"x": x, "w": w}, out=oi)
     assert (oi == 7).all()
+    pyew.evaluate("sigmoid(x) - w", {"x": x, "w": w}, None, oi, casting="unsafe")
+    np.testing.assert_array_equal(oi, want.astype(np.int32))
     # the outs the fused path refuses, refused alike: a numpy out for GPU inputs, and no array at all
     with pytest.raises(TypeError, match="out must be a GPU array .* when an input is on the GPU"):
         pyew.evaluate("sigmoid(x) - w", local_dict={"x": pyew.asarray(x), "w": w}, out=o32)
@@ -756,6 +758,34 @@ def test_numexpr_spellings_shifts_and_ints_past_int64(fakes):
         pyew.evaluate("i + 1180591620717411303424", dict(i=d))
     assert pyew.clip(b, False, True).dtype == np.bool_
     np.testing.assert_array_equal(pyew.clip(b, True, True), np.clip(b, True, True))
+
+
+def test_evaluate_takes_numexprs_signature(fakes, rng):
+    """evaluate(ex, local_dict, global_dict, out, order, casting) as numexpr's: out positional, order
+    'K', 'A' or 'C' (results are C-ordered), casting numpy's rule for an out of another dtype (a
+    refused cast writes nothing); anything else is refused before it runs."""
+    x = rng.uniform(-2, 2, 64).astype(np.float32)
+    o = np.full(64, np.nan, np.float32)
+    assert pyew.evaluate("x * 2", {"x": x}, None, o) is o
+    np.testing.assert_array_equal(o, x * 2)
+    for order in ("K", "A", "C"):
+        np.testing.assert_array_equal(pyew.evaluate("x * 2", {"x": x}, order=order), x * 2)
+    o16 = np.full(64, 7, np.float16)
+    with pytest.raises(TypeError, match="with casting rule 'safe'"):
+        pyew.evaluate("x * 2", {"x": x}, out=o16, casting="safe")
+    assert (o16 == 7).all()
+    pyew.evaluate("x * 2", {"x": x}, out=o16)                    # numpy's 'same_kind' by default
+    np.testing.assert_array_equal(o16, (x * 2).astype(np.float16))
+    oi = np.full(64, 7, np.int32)
+    with pytest.raises(TypeError, match="with casting rule 'same_kind'"):
+        pyew.evaluate("x * 2", {"x": x}, out=oi)
+    assert (oi == 7).all()
+    pyew.evaluate("x * 2", {"x": x}, out=oi, casting="unsafe")
+    np.testing.assert_array_equal(oi, (x * 2).astype(np.int32))
+    with pytest.raises(ValueError, match="order='F'; pyew's results are C-ordered"):
+        pyew.evaluate("x * 2", {"x": x}, order="F")
+    with pytest.raises(ValueError, match="casting must be one of"):
+        pyew.evaluate("x * 2", {"x": x}, casting="sometimes")
 
 
 def test_fuse_takes_params_flags_methods_and_any_signature(fakes):
