@@ -309,6 +309,13 @@ class Program:
         self.check_scalars(values)
         return self.pack(values)
 
+    def past_int64(self, values) -> bool:
+        """Whether a number the kernel reads (a derived one too) is a Python int past int64, which
+        none of its 64-bit parameters holds (the formula then runs op by op, as the single ops take
+        such ints)."""
+        read = self.read
+        return any(i in read and _past_int64(v) for i, v in enumerate(self.complete(values)))
+
     def _weak_only(self, n) -> bool:
         """Whether n is Python's operators over Python numbers alone (the call's and the formula's);
         known once per node, as _node asks it of every node on the way down."""
@@ -353,8 +360,11 @@ class Program:
                 operands.append(Operand(name, SCALAR, expr[2].pytype(0) if isinstance(expr, tuple) else expr, None, ()))
             else:
                 operands.append(Operand(name, DEVICE, None, info, ()))
-        # a comparison of integers with a constant past int64: numpy 2 answers it (in float64 here)
-        operands = past_int64(op, operands)
+        # a comparison of integers with a constant past int64: numpy 2 answers it; it stands as the
+        # infinity of its sign, compared in float64, where each integer is finite (as the single ops)
+        past = past_int64(op, operands)
+        inf = {a.name: b.value for a, b in zip(operands, past) if a is not b}
+        operands = past
         try:
             result = result_dtype(operands, n.op) if operands else np.dtype(np.float64)
             if numpy_name(op) in COMPARISONS and result.kind in "iu":
@@ -374,7 +384,7 @@ class Program:
             want = fixed.get(name, kd)
             if at == 1 and isinstance(expr, tuple) and want.kind == "int" and numpy_name(op) == "power":
                 self.int_exponents.append(expr[1])      # numpy refuses a negative one: checked per call
-            args.append(self._as(info, expr, want, n.op, name))
+            args.append(self._as(info, inf.get(name, expr), want, n.op, name))
         for p in op.params:
             v = given.get(p.name, p.default)
             if v is None:
@@ -566,21 +576,21 @@ def run(tree, values: dict, text: str, out=None, stream=None, names=None, castin
         return res.reshape(())[()] if out is None else out
 
     if out is None:
-        res = _on_gpu(tree, values, text, None, stream, names)
+        res = _on_gpu(tree, values, text, None, stream, names, casting)
         return res[()] if type(res) is np.ndarray and not res.ndim else res
     try:
-        return call.returned(out, _on_gpu(tree, values, text, out, stream, names))
+        return call.returned(out, _on_gpu(tree, values, text, out, stream, names, casting))
     except call.OutMismatch as e:      # out= of another dtype or shape: written as numpy's out= is
-        return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names), text, stream,
+        return call.write_out(out, e, lambda: _on_gpu(tree, values, text, None, stream, names, casting), text, stream,
                               f"formula {text!r}", casting)
 
 
-def _on_gpu(tree, values: dict, text: str, out, stream, names):
+def _on_gpu(tree, values: dict, text: str, out, stream, names, casting):
     """_run on the operands' GPU where there are several (the caller's current device restored)."""
     if rt.several():
         with rt.on(call.device_of([values[n] for n in names], out, stream)):
-            return _run(tree, values, text, out, stream, names)
-    return _run(tree, values, text, out, stream, names)
+            return _run(tree, values, text, out, stream, names, casting)
+    return _run(tree, values, text, out, stream, names, casting)
 
 
 def _zero_d_only(given) -> bool:
@@ -597,14 +607,14 @@ def _zero_d_only(given) -> bool:
     return typed
 
 
-def _run(tree, values: dict, text: str, out, stream, names):
+def _run(tree, values: dict, text: str, out, stream, names, casting):
     try:
-        return _run_fused(tree, values, text, out, stream, names)
+        return _run_fused(tree, values, text, out, stream, names, casting)
     except jit.Unavailable as e:     # NVRTC gone since its record was made: nothing ran or was written
-        return _op_by_op(tree, values, text, out, stream, str(e))
+        return _op_by_op(tree, values, text, out, stream, str(e), casting)
 
 
-def _run_fused(tree, values: dict, text: str, out, stream, names):
+def _run_fused(tree, values: dict, text: str, out, stream, names, casting):
     s = rt.resolve_stream(stream)
     vals = [values[n] for n in names]
     # pyew's arrays and numbers on the only GPU need no import (plan_args checks each array's GPU)
@@ -628,19 +638,19 @@ def _run_fused(tree, values: dict, text: str, out, stream, names):
                  for o in operands)
     why = jit.unavailable()
     if why:
-        return _op_by_op(tree, values, text, out, stream, why)
+        return _op_by_op(tree, values, text, out, stream, why, casting)
     prog = program(tree, args, text)
     arrays = [o for o in operands if o.kind != SCALAR]
     scalars = _python_values([o.value for o in operands if o.kind == SCALAR])
     try:
         blob = prog.packed(scalars)
     except OverflowError as e:
-        if not any(map(_past_int64, scalars)):
+        if not prog.past_int64(scalars):
             raise
         # a Python int past int64, which a kernel's 64-bit number cannot hold: the single ops take
         # it where numpy 2 does (comparing integers with it), op by op; elsewhere the formula's error
         try:
-            return _op_by_op(tree, values, text, out, stream, None)
+            return _op_by_op(tree, values, text, out, stream, None, casting)
         except OverflowError:
             raise e from None
     shape = broadcast_shape(arrays, text)
@@ -684,8 +694,13 @@ def _plan_numbers(prog: Program, operands):
     reused while a call passes the same number objects."""
     array_at = [i for i, op in enumerate(operands) if op.kind != SCALAR]
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
-    packed_of = call.reuse_last(lambda values: None if any(map(_past_int64, values)) else
-                                _addressed(prog.packed(_python_values(values))))
+
+    def convert(values):
+        values = _python_values(values)
+        if (prog.derived or any(map(_past_int64, values))) and prog.past_int64(values):
+            return None         # the general path runs it op by op
+        return _addressed(prog.packed(values))
+    packed_of = call.reuse_last(convert)
 
     def numbers(args, s):
         return packed_of([args[i] for i in numbers_at])
@@ -749,7 +764,7 @@ def _past_int64(v) -> bool:
     return type(v) is int and not INT64[0] <= v <= INT64[1]
 
 
-def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None):
+def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None, casting: str = "same_kind"):
     """The formula one op at a time on the GPU, numpy operands uploaded once and the result brought
     back once: without NVRTC (`why`, said once), or for a number no kernel can hold (why None)."""
     global _fallback_warned
@@ -787,9 +802,10 @@ def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None):
         raise FormulaError(f"formula {text!r} has no array operand: give at least one array")
     if out is None:
         return r.get() if host else r
-    # the fused path's check of out=, so either path takes and refuses the same outs; one of another
-    # dtype or a shape the result broadcasts to raises OutMismatch, which run() writes as numpy's out=
-    o = call.check_out(out, not host, r.shape, r.info, text, rt.resolve_stream(stream))
+    try:           # the fused path's check of out=, so either path takes and refuses the same outs
+        o = call.check_out(out, not host, r.shape, r.info, text, rt.resolve_stream(stream))
+    except call.OutMismatch as e:      # another dtype or a shape the result broadcasts to: as numpy's out=
+        return call.write_out(out, e, lambda: r, text, stream, f"formula {text!r}", casting)
     if isinstance(o, np.ndarray):
         return r.get(out=o)
     with call.resolve_stream_of(out, stream):
@@ -837,16 +853,17 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     is the caller's (its locals, its globals). Operands may be numpy arrays (streamed
     through the GPU once; the result is numpy), GPU arrays (pyew's DeviceArray, torch, CuPy, ...:
     the result is a DeviceArray) and numbers. `out=` receives the result as numpy's out= does
-    (another dtype by `casting`, numpy's rule: 'same_kind' unless given; a numpy out the result
-    broadcasts to) and is returned; `stream=` runs it on a pyew.Stream. Results are C-ordered:
-    `order` may be numexpr's 'K' (its default), 'A' or 'C'.
+    (another dtype by `casting`, numpy's rule: 'same_kind' unless given, where numexpr's default
+    is 'safe'; a numpy out the result broadcasts to) and is returned; `stream=` runs it on a
+    pyew.Stream. Results are C-ordered: `order` may be numexpr's 'K' (its default), 'A' or 'C'.
 
     The language: numbers, names, + - * / // % **, comparisons (put brackets around them beside
-    & | ^: (x > 0) & (y > 0)), & | ^ ~, where(c, a, b), numexpr's functions (exp, log, sqrt,
-    sin, arctan2, abs, round, ...) and every map op of the loaded library by name with its params
-    as keywords: evaluate("elu(x, alpha=0.5)"). and/or/not, numexpr's reductions (sum, max) and
-    its functions of complex numbers and strings (real, conj, contains) are refused. The first
-    call of a formula compiles its kernel (cached in memory and on disk: python -m pyew cache)."""
+    & | ^: (x > 0) & (y > 0)), & | ^ ~ << >>, where(c, a, b), numexpr's functions (exp, log, sqrt,
+    sin, arctan2, abs, round, copy, ones_like, true_divide, ...) and every map op of the loaded
+    library by name with its params as keywords: evaluate("elu(x, alpha=0.5)"). and/or/not,
+    numexpr's reductions (sum, max) and its functions of complex numbers and strings (real, conj,
+    contains) are refused. The first call of a formula compiles its kernel (cached in memory and
+    on disk: python -m pyew cache)."""
     if order not in ("K", "A", "C"):
         raise ValueError(f"evaluate: order={order!r}; pyew's results are C-ordered: 'K', 'A' or 'C' (write "
                          "into an F-ordered out= for another layout)")

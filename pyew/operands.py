@@ -43,7 +43,11 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
         if not scalars:
             raise TypeError(f"{op}: {name} must be an array, not a scalar")
         if type(a) not in _WEAK:          # an IntEnum, a float subclass: numpy types them (int64, float64)
-            return classify(np.asarray(a)[()], op, name, stream)
+            typed = np.asarray(a)
+            if typed.dtype == object:     # an int subclass past int64: numpy would compute on objects
+                raise OverflowError(f"{op}: input {name!r} is a {type(a).__name__} past int64 ({int(a).bit_length()} "
+                                    "bits), which no dtype holds; pass int(...) of it, a Python int, to compare")
+            return classify(typed[()], op, name, stream)
         return Operand(name, SCALAR, a, None, ())
     if not isinstance(a, np.ndarray):
         d = interop.import_device(a, stream, op, name)

@@ -112,8 +112,12 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
     env = {a.name: v for a, v in zip(prog.arrays, arrays)}
     env.update({a.name: (a.pytype(v) if a.info is None else a.info.np.type(v)) for a, v in zip(prog.scalars, scalars)})
     vocab = prog.vocab              # the ops the program was typed with: a stale program shows
+    # parts computed from the call's numbers on the host come in the blob, as the kernel reads them
+    derived = {id(d): env[a.name] for d, a in zip(prog.derived, prog.scalars[prog.given:])}
 
     def ev(node):
+        if id(node) in derived:
+            return derived[id(node)], None
         if isinstance(node, Const):
             return node.value, None
         if isinstance(node, Var):
@@ -136,7 +140,8 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
             return PYTHON_OPS[node.op](*[v for v, _ in kids]), None        # Python's arithmetic (weak)
         operands = [Operand(nm, SCALAR, v, None, ()) if i is None else Operand(nm, DEVICE, None, i, ())
                     for nm, (v, i) in zip(op.inputs, kids)]
-        result = result_dtype(past_int64(op, operands), op.name)
+        operands = past_int64(op, operands)          # a constant past int64: the infinity of its sign
+        result = result_dtype(operands, op.name)
         if numpy_name(op) in COMPARISONS and result.kind in "iu" and any(
                 o.kind == SCALAR and type(o.value) is int for o in operands):
             result = np.dtype(np.int64)             # as the formula's kernel compares Python ints
@@ -145,8 +150,9 @@ def _fake_formula(prog, in_ptrs, out_ptr, out_shape, stream, blob, lay, n=None):
         params = {p.name: p.default for p in op.params}
         params.update(dict(node.params))
         want = getattr(k, "in_dtypes", None) or [kd] * len(kids)
+        values = [o.value if o.kind == SCALAR else v for o, (v, _) in zip(operands, kids)]
         ins = [np.asarray(float(v) if type(v) is int and d.kind == "float" else v).astype(d.np)
-               for (v, _), d in zip(kids, want)]
+               for v, d in zip(values, want)]
         with np.errstate(all="ignore"):
             r = evaluate(op.ref, op.inputs, ins, params, kd, getattr(k, "in_dtypes", None))
             return np.asarray(r).astype(k.out_dtype.np), k.out_dtype

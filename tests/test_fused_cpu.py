@@ -737,17 +737,26 @@ def test_numexpr_spellings_shifts_and_ints_past_int64(fakes):
             np.testing.assert_array_equal(pyew.evaluate("i << n"), np.left_shift(i, n), err_msg=str(count))
             np.testing.assert_array_equal(pyew.evaluate("i >> n"), np.right_shift(i, n), err_msg=str(count))
             np.testing.assert_array_equal((pyew.asarray(i) << pyew.asarray(n)).get(), i << n)
-    i = np.arange(-3, 5, dtype=np.int64)
+    top, bottom = (1 << 63) - 1, -(1 << 63)
+    i = np.array([bottom, bottom + 1, -3, 0, 4, top - 1, top], np.int64)
     d = pyew.asarray(i)
     less = pyew.fuse(lambda a, n: a < n)
     np.testing.assert_array_equal(pyew.evaluate("i < n", dict(i=d, n=3)).get(), i < 3)      # a plan, then
     np.testing.assert_array_equal(less(d, 3).get(), i < 3)
+    np.testing.assert_array_equal(pyew.evaluate("i < n + 1", dict(i=d, n=3)).get(), i < 4)
     for n in (2 ** 70, -2 ** 70, 2 ** 63, -2 ** 63 - 1):
         np.testing.assert_array_equal(pyew.evaluate("i < n", dict(i=d, n=n)).get(), i < n)
         np.testing.assert_array_equal(pyew.evaluate("(i + 1) >= n", dict(i=i, n=n)), (i + 1) >= n)
         np.testing.assert_array_equal(less(d, n).get(), i < n)
-    np.testing.assert_array_equal(pyew.evaluate("i == 1180591620717411303424", dict(i=d)).get(), i == 2 ** 70)
-    np.testing.assert_array_equal(pyew.evaluate("i != -1180591620717411303424", dict(i=i)), i != -2 ** 70)
+    # the kernel compares with the infinity of the constant's sign (2**63 as a double is INT64_MAX's)
+    assert "__longlong_as_double(9218868437227405312LL)" in typed("i == 9223372036854775808", i="int64").source
+    # a number computed from the call's: past int64 (numpy's answer), or back within it (fused)
+    np.testing.assert_array_equal(pyew.evaluate("i < n + 1", dict(i=d, n=top)).get(), i < top + 1)
+    np.testing.assert_array_equal(pyew.evaluate("i < n - 1", dict(i=d, n=top + 1)).get(), i < top)
+    for k, want in ((2 ** 63, i == 2 ** 63), (-2 ** 63 - 1, i == -2 ** 63 - 1), (2 ** 70, i == 2 ** 70)):
+        np.testing.assert_array_equal(pyew.evaluate(f"i == {k}", dict(i=d)).get(), want, err_msg=str(k))
+        np.testing.assert_array_equal(pyew.evaluate(f"i < {k}", dict(i=i)), i < k, err_msg=str(k))
+        np.testing.assert_array_equal(pyew.fuse(lambda a, k=k: a >= k)(d).get(), i >= k, err_msg=str(k))
     out = np.full(i.shape, 7, np.int64)
     with pytest.raises(OverflowError, match="does not fit in 64 bits"):
         pyew.evaluate("i + n", dict(i=i, n=2 ** 70), out=out)
@@ -756,6 +765,12 @@ def test_numexpr_spellings_shifts_and_ints_past_int64(fakes):
         pyew.evaluate("b < n", dict(b=pyew.asarray(b), n=2 ** 70))
     with pytest.raises(OverflowError):
         pyew.evaluate("i + 1180591620717411303424", dict(i=d))
+    import enum
+
+    class Big(enum.IntEnum):
+        HUGE = 2 ** 70
+    with pytest.raises(OverflowError, match="a Big past int64 \\(71 bits\\)"):
+        pyew.less(d, Big.HUGE)
     assert pyew.clip(b, False, True).dtype == np.bool_
     np.testing.assert_array_equal(pyew.clip(b, True, True), np.clip(b, True, True))
 
