@@ -463,6 +463,19 @@ def test_errors_write_nothing(rng):
     np.testing.assert_array_equal(out.get(), before)
 
 
+def test_integers_compared_with_python_ints_past_int64():
+    """numpy 2's answers, the int64 range's ends included: a constant compiles as the infinity of
+    its sign; a call's number past int64 (or one computed from it) runs op by op."""
+    top, bottom = (1 << 63) - 1, -(1 << 63)
+    i = np.array([bottom, bottom + 1, -3, 0, 4, top - 1, top], np.int64)
+    d = pyew.asarray(i)
+    for k in (2 ** 63, -2 ** 63 - 1, 2 ** 70):
+        np.testing.assert_array_equal(pyew.evaluate(f"i == {k}", local_dict={"i": d}).get(), i == k)
+        np.testing.assert_array_equal(pyew.evaluate(f"i < {k}", local_dict={"i": i}), i < k)
+        np.testing.assert_array_equal(pyew.evaluate("i >= n", local_dict={"i": d, "n": k}).get(), i >= k)
+    np.testing.assert_array_equal(pyew.evaluate("i < n + 1", local_dict={"i": d, "n": top}).get(), i < top + 1)
+
+
 def test_compile_errors_name_the_formula(monkeypatch, tmp_path):
     """NVRTC's error names the formula; a formula whose compile fails writes nothing to out= and
     leaves no kernel behind (the same call compiles once NVRTC works again)."""
