@@ -151,6 +151,30 @@ def test_corpus_numpy_in_numpy_out(expr, rng):
     check(got, {"x": x, "y": y, "z": z, "a": a}, parsed(expr), expr)
 
 
+INT_CORPUS = [
+    "x * 3 + y", "x - y * z", "(x & y) | z", "x ^ (y >> 2)", "(x << 3) - y", "~x + y", "x // 7 + x % 7",
+    "abs(x - y)", "maximum(x, y) - minimum(x, z)", "where(x > y, x, y)", "where((x > 0) & (y < 0), x, -y)",
+    "x ** 2 + y", "sign(x) * z", "x * x - y * y", "clip(x, -100, 100) + z", "square(x) // (abs(y) + 1)",
+    "remainder(x, abs(y) + 1)", "fmod(x, abs(z) + 1)", "(x > y) == (y > z)", "(x != y) | (z == 0)",
+    "negative(x) + positive(y)", "invert(x) & 1023", "x + 1.5 * y", "sqrt(abs(x)) + y", "x / (abs(y) + 1)",
+]
+
+
+@pytest.mark.parametrize("expr", INT_CORPUS)
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_corpus(expr, dtype, rng):
+    """numexpr-style formulas over integer arrays: wrapping arithmetic, floor division and modulo,
+    shifts, bitwise ops and comparisons as numpy has them (and a float where one enters), on the
+    GPU and from numpy."""
+    n = 4099
+    host = {k: rng.integers(-1000, 1000, n).astype(dtype) for k in "xyz"}
+    tree = parsed(expr)
+    used = formula.variables(tree)
+    on_gpu = pyew.evaluate(expr, local_dict={k: pyew.asarray(host[k]) for k in used})
+    check(on_gpu, host, tree, f"{expr} [{dtype}]")
+    check(pyew.evaluate(expr, local_dict={k: host[k] for k in used}), host, tree, f"{expr} [{dtype}, numpy]")
+
+
 # ---- a fuzzer: random trees over ops, dtypes and broadcast patterns ------------------------------------
 
 SAFE_UNARY = ["negative", "absolute", "tanh", "sin", "cos", "sigmoid", "gelu", "silu", "square", "arctan"]
