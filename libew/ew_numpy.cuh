@@ -21,7 +21,7 @@ inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T,
 // documents tanf 4 ulp, sinhf, atanhf 3, acoshf 4, atan2f 3, erfcf 4, powf 4 (CUDA C++ Programming
 // Guide, Mathematical Functions), and over every float32 input CUDA 13.0's tanf, sinhf, coshf
 // (documented at 2), acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md,
-// Accuracy). sinh, cosh and arctanh are evaluated in float, within 2 ulp; the others in double and
+// Accuracy). sinh, cosh, arctanh and tan are evaluated in float, within 2 ulp; the others in double and
 // rounded once, within 1 ulp of the correctly rounded result, except where powf's result is a normal
 // float (see power). asinf,
 // acosf (documented at 2 ulp) and asinhf (documented at 3, at most 1.74 over every input) are used
@@ -235,6 +235,45 @@ __device__ __forceinline__ float tan_via_series(float x) {
   return __float_as_int(x) < 0 ? -t : t;
 }
 
+// float32 tan in float, within 2 ulp of the correctly rounded result on every float32 input (1.12
+// below 2^17, 1.71 at most up to 2^20: the slow test_float32_functions_over_every_input measures it;
+// the double form above held the H200 under its copy rate: docs/tuning.md). |x| = j pi/2 + r with
+// pi/2 in three floats: the first step exact, the second product split exactly by an fma and
+// added by a two-sum, so r = rh + rl to far more bits than a float; tan r = r + r^3 P(r^2), P of
+// degree 6 fitted to (tan r - r) / r^3 on |r| <= 1.02 pi/4, plus rl (1 + tan^2 r); an odd j gives
+// -1 / tan r, from rcp.approx and one correction that takes the low part in. From 2^20 on, and for
+// infinities and NaN, the double form.
+__device__ __forceinline__ float tan_in_float(float x) {
+  const float a = ::fabsf(x);
+  if (!(a < 1048576.0f)) return tan_via_series(x);
+  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a 2 / pi) in the low bits
+  const float shifted = ::fmaf(a, 0.636619772f, kRound);
+  const int j = __float_as_int(shifted) - 0x4B400000;
+  const float jf = shifted - kRound;
+  const float r1 = ::fmaf(-jf, 1.57079637f, a);                         // exact
+  // __fmul_rn: a product the compiler must not fuse into the subtraction after it (the two-sum
+  // needs it rounded)
+  const float p2 = __fmul_rn(jf, -4.37113883e-08f), p2e = ::fmaf(jf, -4.37113883e-08f, -p2);
+  const float s = r1 - p2, back = s - r1;
+  const float lo = ::fmaf(-jf, -1.71512451e-15f, ((r1 - (s - back)) + (-p2 - back)) - p2e);
+  const float rh = s, rl = lo;                        // r = rh + rl: rl need not be under half an ulp of rh
+  const float z = rh * rh;
+  float p = 0.004600397311151028f;
+  p = ::fmaf(p, z, -0.0003613945737015456f);
+  p = ::fmaf(p, z, 0.011188282631337643f);
+  p = ::fmaf(p, z, 0.02114769071340561f);
+  p = ::fmaf(p, z, 0.0540856271982193f);
+  p = ::fmaf(p, z, 0.13332439959049225f);
+  p = ::fmaf(p, z, 0.3333335518836975f);
+  const float v = rh * z, t0 = ::fmaf(v, p, rh);
+  const float corr = ::fmaf(v, p, rl * ::fmaf(t0, t0, 1.0f));
+  const float th = rh + corr, tl = corr - (th - rh);      // tan r = th + tl; th alone is it rounded
+  const float q = rcp_fast(th);
+  const float e = ::fmaf(-q, tl, ::fmaf(-q, th, 1.0f));
+  const float t = j & 1 ? -::fmaf(q, e, q) : th;
+  return __float_as_int(x) < 0 ? -t : t;
+}
+
 // float32 arctan2 in double: t = min(|x|, |y|) / max(|x|, |y|), and above tan(pi/8) atan t = pi/4 +
 // atan((min - max) / (min + max)) (both exact in double: one reciprocal either way); atan u =
 // u + u^3 P(u^2), P of degree 7 fitted over |u| <= tan(pi/8) to within 1.1e-13 of atan u
@@ -316,7 +355,7 @@ __device__ __forceinline__ float erfc_for_float(float x) {
 EW_NP_FLOAT32_VIA(erfc, erfc_for_float, erfc)
 EW_NP_FLOAT32_VIA(sinh, sinh_in_float, sinh)
 EW_NP_FLOAT32_VIA(cosh, cosh_in_float, cosh)
-EW_NP_FLOAT32_VIA(tan, tan_via_series, tan)
+EW_NP_FLOAT32_VIA(tan, tan_in_float, tan)
 EW_NP_FLOAT32_VIA(arctanh, arctanh_in_float, atanh)
 EW_NP_FLOAT32_VIA(arccosh, arccosh_via_log, acosh)
 #undef EW_NP_FLOAT32_VIA
