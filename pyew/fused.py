@@ -305,16 +305,19 @@ class Program:
 
     def packed(self, values) -> ctypes.Array:
         """The functor's bytes for a call's numbers, each checked against the dtypes it meets."""
-        values = self.complete(values)
+        return self.packed_complete(self.complete(values))
+
+    def packed_complete(self, values) -> ctypes.Array:
+        """packed() of numbers complete() gave."""
         self.check_scalars(values)
         return self.pack(values)
 
     def past_int64(self, values) -> bool:
-        """Whether a number the kernel reads (a derived one too) is a Python int past int64, which
-        none of its 64-bit parameters holds (the formula then runs op by op, as the single ops take
-        such ints)."""
+        """Whether a number the kernel reads among complete()'s (a derived one too) is a Python int
+        past int64, which none of its 64-bit parameters holds (the formula then runs op by op, as
+        the single ops take such ints)."""
         read = self.read
-        return any(i in read and _past_int64(v) for i, v in enumerate(self.complete(values)))
+        return any(_past_int64(v) and i in read for i, v in enumerate(values))
 
     def _weak_only(self, n) -> bool:
         """Whether n is Python's operators over Python numbers alone (the call's and the formula's);
@@ -641,9 +644,9 @@ def _run_fused(tree, values: dict, text: str, out, stream, names, casting):
         return _op_by_op(tree, values, text, out, stream, why, casting)
     prog = program(tree, args, text)
     arrays = [o for o in operands if o.kind != SCALAR]
-    scalars = _python_values([o.value for o in operands if o.kind == SCALAR])
+    scalars = prog.complete(_python_values([o.value for o in operands if o.kind == SCALAR]))
     try:
-        blob = prog.packed(scalars)
+        blob = prog.packed_complete(scalars)
     except OverflowError as e:
         if not prog.past_int64(scalars):
             raise
@@ -696,10 +699,10 @@ def _plan_numbers(prog: Program, operands):
     numbers_at = [i for i, op in enumerate(operands) if op.kind == SCALAR]
 
     def convert(values):
-        values = _python_values(values)
-        if (prog.derived or any(map(_past_int64, values))) and prog.past_int64(values):
+        values = prog.complete(_python_values(values))
+        if prog.past_int64(values):
             return None         # the general path runs it op by op
-        return _addressed(prog.packed(values))
+        return _addressed(prog.packed_complete(values))
     packed_of = call.reuse_last(convert)
 
     def numbers(args, s):
