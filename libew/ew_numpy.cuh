@@ -235,9 +235,9 @@ __device__ __forceinline__ float tan_via_series(float x) {
   return __float_as_int(x) < 0 ? -t : t;
 }
 
-// float32 tan in float, within 2 ulp of the correctly rounded result on every float32 input (1.12
-// below 2^17, 1.71 at most up to 2^20: the slow test_float32_functions_over_every_input measures it;
-// the double form above held the H200 under its copy rate: docs/tuning.md). |x| = j pi/2 + r with
+// float32 tan in float, within 2 ulp of the correctly rounded result on every float32 input (the
+// slow test_float32_functions_over_every_input checks it; benchmarks/RESULTS.md, Accuracy; the
+// double form above held the H200 under its copy rate: docs/tuning.md). |x| = j pi/2 + r with
 // pi/2 in three floats: the first step exact, the second product split exactly by an fma and
 // added by a two-sum, so r = rh + rl to far more bits than a float; tan r = r + r^3 P(r^2), P of
 // degree 6 fitted to (tan r - r) / r^3 on |r| <= 1.02 pi/4, plus rl (1 + tan^2 r); an odd j gives
