@@ -37,11 +37,11 @@ from .operands import (
     COMPARISONS,
     DEVICE,
     HOST,
-    INT64,
     SCALAR,
     Operand,
     broadcast_shape,
     classify,
+    int_outside,
     kernel_dtype,
     numpy_name,
     past_int64,
@@ -317,7 +317,7 @@ class Program:
         past int64, which none of its 64-bit parameters holds (the formula then runs op by op, as
         the single ops take such ints)."""
         read = self.read
-        return any(_past_int64(v) and i in read for i, v in enumerate(values))
+        return any(int_outside(v) and i in read for i, v in enumerate(values))
 
     def _weak_only(self, n) -> bool:
         """Whether n is Python's operators over Python numbers alone (the call's and the formula's);
@@ -761,10 +761,6 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
         lay = None if every else call.broadcast_plan(tuple(own))[1]
         prog.launch_ptrs(in_ptrs, out_ptrs[0], run, s, blob if packed is None else packed[1], lay)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=(runs.period, runs.scales))
-
-
-def _past_int64(v) -> bool:
-    return type(v) is int and not INT64[0] <= v <= INT64[1]
 
 
 def _op_by_op(tree, values: dict, text: str, out, stream, why: str | None, casting: str = "same_kind"):

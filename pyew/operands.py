@@ -180,9 +180,13 @@ COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equa
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+def int_outside(v, lo: int = INT64[0], hi: int = INT64[1]) -> bool:
+    """Whether v is a Python int (weak: typed by no dtype) outside [lo, hi], by default int64's."""
+    return type(v) is int and not lo <= v <= hi
+
+
 def _int_outside(o: Operand, lo: int, hi: int) -> bool:
-    """Whether o is a Python int (weak: typed by no dtype) outside [lo, hi]."""
-    return o.kind == SCALAR and o.info is None and type(o.value) is int and not lo <= o.value <= hi
+    return o.kind == SCALAR and o.info is None and int_outside(o.value, lo, hi)
 
 
 def wide_enough(result: np.dtype, operands: list[Operand]) -> np.dtype:
