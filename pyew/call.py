@@ -283,8 +283,6 @@ def overlaps(a: DeviceArray, b) -> bool:
 def unalias_host(operands: Sequence[Operand], out) -> None:
     """A numpy out= that shares memory with an input other than exactly: the input is copied first,
     as numpy does, since blocks are written before later blocks are read."""
-    if not isinstance(out, np.ndarray):
-        return
     for o in operands:
         if o.kind == HOST and overlaps_host(o.value, out):
             o.value = o.value.copy()
@@ -440,9 +438,7 @@ def find_plan(key, target) -> Plan | None:
     return plan if plan is not None and plan.target is target else None
 
 
-def keep_plan(key, plan: Plan | None) -> None:
-    if key is None or plan is None:
-        return
+def keep_plan(key, plan: Plan) -> None:
     if len(_plans) >= _PLANS_MAX:          # the half made first goes (a hit does not refresh a plan)
         for k in list(_plans)[:_PLANS_MAX // 2]:
             _plans.pop(k, None)
@@ -453,13 +449,13 @@ def replay(plan: Plan, args: Sequence, out, stream):
     """Run a plan on a call's arguments (of its key), or None where the general path must run it:
     an out= that does not fit or overlaps an input in part, numbers out of range (the general
     path then raises with its message; nothing was queued or written)."""
-    if plan.host:
-        return _replay_host(plan, args, out, stream)
     got = None
     if plan.numbers_at:
         got = plan.numbers(args, stream)
         if got is None:
             return None
+    if plan.host:
+        return _replay_host(plan, args, out, stream, got)
     if out is None:
         res = DeviceArray.new(plan.shape, plan.out_info, stream, plan.n)
     else:
@@ -478,7 +474,7 @@ def replay(plan: Plan, args: Sequence, out, stream):
     return res
 
 
-def _replay_host(plan: Plan, args: Sequence, out, stream):
+def _replay_host(plan: Plan, args: Sequence, out, stream, got):
     """A small call on numpy arrays and numbers in one shot through the transfer engine (in runs of
     the plan's period); None where the general path must run it."""
     arrays = [args[i] for i in plan.arrays]
@@ -493,11 +489,6 @@ def _replay_host(plan: Plan, args: Sequence, out, stream):
         nbytes += a.nbytes
     if not plan.n or nbytes > transfer.small_bytes():
         return None
-    got = None
-    if plan.numbers_at:
-        got = plan.numbers(args, stream)
-        if got is None:
-            return None
     launch = plan.launch
     res = pinned.for_result(plan.shape, plan.out_info.np) if out is None else out
     ok = transfer.one_shot(arrays, (res,), lambda i, o, s, m: launch(i, o, s, m, got), stream, *plan.host)
@@ -519,27 +510,27 @@ class DevIn:
 
 def layout(out_shape: tuple[int, ...], ins: Sequence[DevIn]):
     """The strided entry's layout argument: [ndim, shape..., strides of each input...] in
-    elements, after collapsing dims. Returns (ctypes array, collapsed shape)."""
+    elements, after collapsing dims, as a ctypes array."""
     shp, sts = collapse(out_shape, [broadcast_strides(i.shape, out_shape) for i in ins])
     if len(shp) > 8:
         raise ValueError(f"this broadcast needs {len(shp)} dims after collapsing; pyew's kernels take at most 8")
     vals = [len(shp), *shp]
     for s in sts:
         vals.extend(s)
-    return (ctypes.c_int64 * len(vals))(*vals), shp
+    return (ctypes.c_int64 * len(vals))(*vals)
 
 
 @functools.lru_cache(maxsize=1024)
 def broadcast_plan(shapes: tuple) -> tuple | None:
-    """For C-contiguous inputs of these shapes (None: a scalar): (the broadcast shape, the strided
-    entry's layout, its element count), or None where they do not broadcast or need more than 8
+    """For C-contiguous inputs of these shapes (None: a scalar): (the strided entry's layout, the
+    element count of their broadcast), or None where they do not broadcast or need more than 8
     dims (the general path then says why). The layout is shared between calls: entries only read it."""
     try:
         shape = tuple(np.broadcast_shapes(*(s for s in shapes if s is not None)))
-        lay, _ = layout(shape, [DevIn(0, () if s is None else s, None) for s in shapes])
+        lay = layout(shape, [DevIn(0, () if s is None else s, None) for s in shapes])
     except ValueError:
         return None
-    return shape, lay, math.prod(shape)
+    return lay, math.prod(shape)
 
 
 def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn], out_ptr: int,
@@ -566,28 +557,26 @@ def launch_elementwise(kernel: library.Kernel, pvals: tuple, ins: Sequence[DevIn
             i = DevIn(tmp.ptr, i.shape, want, i.value)
         ready.append(i)
         ptrs.append(i.ptr)
-    if all(i.shape == out_shape for i in ready):
-        library.launch(kernel.entry("forward"), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
-        return
-    strided = kernel.entry("strided") if not extra_out else None
-    if strided is not None:
-        lay, _ = layout(out_shape, ready)
-        library.launch(strided, (out_ptr, *ptrs, n, *pvals, ctypes.addressof(lay)), stream)
-        return
-    # No strided entry (a special kind, or a library built without them): scalars are filled out
-    # to the output's size; anything else broadcast is refused.
-    ptrs = []
-    for i in ready:
-        if i.shape == out_shape:
-            ptrs.append(i.ptr)
-        elif i.value is not None:
-            buf = Buffer(n * i.info.itemsize, stream)
-            keep.append(buf)
-            fill(buf.ptr, n, i.info, scalar_bits(i.value, i.info), stream)
-            ptrs.append(buf.ptr)
-        else:
-            raise ValueError(f"{kernel.entry('forward').symbol} cannot broadcast an input of shape {i.shape} to "
-                             f"{out_shape}: give inputs of one shape")
+    if not all(i.shape == out_shape for i in ready):
+        strided = kernel.entry("strided") if not extra_out else None
+        if strided is not None:
+            lay = layout(out_shape, ready)
+            library.launch(strided, (out_ptr, *ptrs, n, *pvals, ctypes.addressof(lay)), stream)
+            return
+        # No strided entry (a special kind, or a library built without them): scalars are filled
+        # out to the output's size; anything else broadcast is refused.
+        ptrs = []
+        for i in ready:
+            if i.shape == out_shape:
+                ptrs.append(i.ptr)
+            elif i.value is not None:
+                buf = Buffer(n * i.info.itemsize, stream)
+                keep.append(buf)
+                fill(buf.ptr, n, i.info, scalar_bits(i.value, i.info), stream)
+                ptrs.append(buf.ptr)
+            else:
+                raise ValueError(f"{kernel.entry('forward').symbol} cannot broadcast an input of shape {i.shape} "
+                                 f"to {out_shape}: give inputs of one shape")
     library.launch(kernel.entry("forward"), (out_ptr, *extra_out, *ptrs, n, *pvals), stream)
 
 

@@ -457,7 +457,7 @@ class Program:
         """Queue the kernel: ins are call.DevIn of the arrays, in order. Returns the layout it used
         (None: contiguous)."""
         contiguous = all(i.shape == tuple(out_shape) for i in ins)
-        lay = None if contiguous else call.layout(tuple(out_shape), ins)[0]
+        lay = None if contiguous else call.layout(tuple(out_shape), ins)
         self.launch_ptrs([i.ptr for i in ins], out_ptr, out_shape, stream, blob, lay)
         return lay
 
@@ -717,7 +717,7 @@ def _plan(tree, prog: Program, operands, shape, blob, s) -> call.Plan:
     ew_jit_map, which declines a launch whose kernel is still to compile (Python compiles it)."""
     array_at, numbers_at, numbers = _plan_numbers(prog, operands)
     ins = [call.DevIn(0, operands[i].shape, operands[i].info) for i in array_at]
-    layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)[0]
+    layout = None if all(i.shape == shape for i in ins) else call.layout(shape, ins)
 
     n, launch_ptrs, map_, slots_of = math.prod(shape), prog.launch_ptrs, prog.map, prog.slots.get
     # the functor's and the layout's addresses, the same for every launch of the plan, taken once
@@ -758,7 +758,7 @@ def _host_plan(tree, prog: Program, operands, shape, blob) -> call.Plan | None:
     def launch(in_ptrs, out_ptrs, s, m, packed):
         run, own = runs.shapes(m)
         # broadcast_plan's cache keeps the layout: a plan's runs have one or two lengths
-        lay = None if every else call.broadcast_plan(tuple(own))[1]
+        lay = None if every else call.broadcast_plan(tuple(own))[0]
         prog.launch_ptrs(in_ptrs, out_ptrs[0], run, s, blob if packed is None else packed[1], lay)
     return call.Plan(tree, shape, prog.out, array_at, numbers_at, numbers, launch, host=(runs.period, runs.scales))
 

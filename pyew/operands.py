@@ -35,13 +35,11 @@ def classify(a, op: str, name: str, stream, *, scalars: bool = True) -> Operand:
         if a.ordinal != stream.ordinal:
             interop.wrong_device(a.ordinal, stream, op, name)
         return Operand(name, DEVICE, a, a.info, a.shape)
+    if not scalars and isinstance(a, (np.generic, bool, int, float, complex)):
+        raise TypeError(f"{op}: {name} must be an array, not a scalar")
     if isinstance(a, np.generic):     # before Python's numbers: np.float64 is a float, but typed
-        if not scalars:
-            raise TypeError(f"{op}: {name} must be an array, not a scalar")
         return Operand(name, SCALAR, a, _info(a.dtype, op, name), ())
     if isinstance(a, (bool, int, float, complex)):
-        if not scalars:
-            raise TypeError(f"{op}: {name} must be an array, not a scalar")
         if type(a) not in _WEAK:          # an IntEnum, a float subclass: numpy types them (int64, float64)
             typed = np.asarray(a)
             if typed.dtype == object:     # an int subclass past int64: numpy would compute on objects

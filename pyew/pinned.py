@@ -105,31 +105,36 @@ class _Pool:
         keep_only and the pool is full. A free block up to twice the size serves before a new one
         is locked (results of varying sizes would otherwise lock and free blocks call after call)."""
         size = _block_bytes(nbytes)
-        try:
-            with self.lock:
-                self._drain()
-                same = self.free.get(size)
-                if same:                           # the usual case: a result of a size seen before
-                    return same.pop(), size, True
-                fits = [s for s, blocks in self.free.items() if blocks and size <= s <= 2 * size]
-                if fits:
-                    got = min(fits)
-                    return self.free[got].pop(), got, True
-                kept = self.held + size <= self.limit or self._evict(size)
-                if kept:
-                    self.held += size
-                elif keep_only:
-                    return 0, 0, False
-        finally:
-            self._drain_if_free()
+        with self._locked():
+            same = self.free.get(size)
+            if same:                           # the usual case: a result of a size seen before
+                return same.pop(), size, True
+            fits = [s for s, blocks in self.free.items() if blocks and size <= s <= 2 * size]
+            if fits:
+                got = min(fits)
+                return self.free[got].pop(), got, True
+            kept = self.held + size <= self.limit or self._evict(size)
+            if kept:
+                self.held += size
+            elif keep_only:
+                return 0, 0, False
         try:
             return host_alloc(size), size, kept
         except BaseException:
             if kept:
-                with self.lock:
+                with self._locked():
                     self.held -= size
-                self._drain_if_free()
             raise
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The lock, `returned` drained on taking it and again after letting it go."""
+        try:
+            with self.lock:
+                self._drain()
+                yield
+        finally:
+            self._drain_if_free()
 
     def _evict(self, need: int) -> bool:
         """Free blocks of other sizes until `need` more bytes fit the limit, unless freeing them
@@ -174,26 +179,18 @@ class _Pool:
                     host_free(ptr)
 
     def set_limit(self, nbytes: int) -> None:
-        try:
-            with self.lock:
-                self.limit = nbytes
-                self._drain()
-                self._evict(0)
-        finally:
-            self._drain_if_free()
+        with self._locked():
+            self.limit = nbytes
+            self._drain()
+            self._evict(0)
 
     def release(self) -> None:
-        """Free every free block now."""
-        try:
-            with self.lock:
-                self._drain()
-                for size, blocks in self.free.items():
-                    while blocks:                  # popped first: a failed free leaves none behind
-                        ptr = blocks.pop()
-                        self.held -= size
-                        host_free(ptr)
-        finally:
-            self._drain_if_free()
+        with self._locked():
+            for size, blocks in self.free.items():
+                while blocks:                  # popped first: a failed free leaves none behind
+                    ptr = blocks.pop()
+                    self.held -= size
+                    host_free(ptr)
 
 
 _pool = _Pool()

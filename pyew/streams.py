@@ -116,28 +116,6 @@ class _Usable:
             cuda.synchronize(self.cu)
 
 
-class Stream(_Usable):
-    """A non-blocking CUDA stream on one GPU (the current one, or `device`). `with Stream() as s:`
-    makes it the current stream for ops on its GPU in the block."""
-
-    def __init__(self, device=None):
-        self.cu = None
-        ordinal = current_ordinal() if device is None else Device(device).id
-        self.dims = props(ordinal).dims
-        self.api = cuda             # destroyed through the calls that made it
-        self.cu = new_stream(ordinal)
-        self.handle = int(self.cu)
-        self.ordinal = ordinal
-
-    def __del__(self):
-        if self.cu is not None:
-            self.api.destroy(self.cu)
-            self.cu = None
-
-    def __repr__(self):
-        return f"<pyew.Stream 0x{self.handle:x} on device {self.ordinal}>"
-
-
 class RawStream:
     """A stream handle pyew did not wrap in a Stream: a transfer lane's, or one another library
     gave (CUDA Array Interface, DLPack; 1 is the legacy default stream and 2 the per-thread
@@ -150,6 +128,25 @@ class RawStream:
         self.handle = int(cu)
         self.ordinal = ordinal
         self.dims = props(ordinal).dims
+
+    def __repr__(self):
+        return f"<pyew.{type(self).__name__} 0x{self.handle:x} on device {self.ordinal}>"
+
+
+class Stream(_Usable, RawStream):
+    """A non-blocking CUDA stream on one GPU (the current one, or `device`). `with Stream() as s:`
+    makes it the current stream for ops on its GPU in the block."""
+
+    def __init__(self, device=None):
+        self.cu = None
+        ordinal = current_ordinal() if device is None else Device(device).id
+        self.api = cuda             # destroyed through the calls that made it
+        super().__init__(new_stream(ordinal), ordinal)
+
+    def __del__(self):
+        if self.cu is not None:
+            self.api.destroy(self.cu)
+            self.cu = None
 
 
 class ExternalStream(_Usable, RawStream):
@@ -180,9 +177,6 @@ class ExternalStream(_Usable, RawStream):
         ordinal = current_ordinal() if device is None else Device(device).id
         super().__init__(cuda.handle(handle), ordinal)
         self.owner = owner
-
-    def __repr__(self):
-        return f"<pyew.ExternalStream 0x{self.handle:x} on device {self.ordinal}>"
 
 
 class DefaultStream(_Usable):
@@ -247,7 +241,7 @@ def resolve_stream(stream):
         if not gpus.several:
             return st[-1] if st else DEFAULT_STREAM
         return current_stream()
-    if isinstance(stream, (Stream, DefaultStream, ExternalStream)):
+    if isinstance(stream, _Usable):
         if gpus.several and stream.ordinal != current_ordinal():
             raise ValueError(f"stream {stream!r} is on device {stream.ordinal}, but this call runs on device "
                              f"{current_ordinal()} (its GPU operands' device, or the current one)")

@@ -323,9 +323,6 @@ class HostOperand:
 def chunks(shape: tuple[int, ...], max_elems: int):
     """Split the iteration space `shape` into blocks of at most max_elems elements (at least one
     row of the innermost dim it splits), in C order. Each block is a tuple of slices, one per dim."""
-    if not shape:
-        yield ()
-        return
     nd = len(shape)
     s, inner = _cut_dim(shape, max_elems)
     # dims > s are whole; dim s is cut into ranges of `step`; dims < s are taken one index at a time
@@ -365,17 +362,19 @@ def _laid_out(base: int, views) -> list[int]:
 # ---- one block ---------------------------------------------------------------------------------
 
 def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0, here=None, launch=None,
-          settle=None, copy=np.copyto, send: Callable | None = None, down: _Lane | None = None,
-          parts: Sequence[tuple[int, int]] = (), scales: Sequence[int] = ()) -> None:
+          settle=None, native: bool = False, down: _Lane | None = None, parts: Sequence[tuple[int, int]] = (),
+          scales: Sequence[int] = ()) -> None:
     """One block: the host views `ins` up to `ptrs` (ins', then outs'), launch(ptrs, n), the
     outputs down into `outs`, settle() (by default a wait for the stream), then staged outputs into
     place. Operands flagged `here` (default: all without buf, else none) go from or to their own
     memory; the others are staged through buf from `start`, 256-byte aligned, and inputs adjacent
-    in both memories go up in one copy; `send` (_send) stages a large C-ordered input as it goes up.
+    in both memories go up in one copy. `native` (the caller's thread, not a worker's): staged
+    through libew's copies (_copy), a large C-ordered input as it goes up (_send).
     With `down` (a second stream) and `parts` (_parts), each part's outputs go down on `down` while
     the next part goes up; `scales` (one_shot): a row (0) goes up whole with the first part, a
     column (k) in runs of 1/k of the call's."""
     here = here or [buf is None] * len(ptrs)
+    copy = _copy if native else np.copyto
     offs, off = [], start                 # where each staged operand sits in buf
     for v, direct in zip(ins + outs, here):
         offs.append(None if direct else off)
@@ -390,16 +389,16 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
             for lo, hi in parts:
                 for f, dp, o, e in zip(flats, ptrs, offs, scales):
                     if e:
-                        _up_range(f, dp, o, lo // e, hi // e, buf, stream_cu, copy, send)
+                        _up_range(f, dp, o, lo // e, hi // e, buf, stream_cu)
                     elif not lo:
-                        _up_range(f, dp, o, 0, f.size, buf, stream_cu, copy, send)
+                        _up_range(f, dp, o, 0, f.size, buf, stream_cu)
                 launch([p + lo // e * b if e else p for p, b, e in zip(ptrs, sizes, every)], hi - lo)
                 down.follow(stream_cu)
                 for home, dp, b in zip(homes, ptrs[k:], sizes[k:]):
                     rt.copy_dtoh(home + lo * b, dp + lo * b, (hi - lo) * b, down.stream)
             rt.stream_synchronize(down.stream)
         else:
-            _up_all(ins, ptrs, offs, buf, stream_cu, copy, send)
+            _up_all(ins, ptrs, offs, buf, stream_cu, copy, native)
             if launch is not None:
                 launch(ptrs, outs[0].size if outs else 0)
             for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
@@ -421,9 +420,9 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
             copy(v, buf.array(o, v.dtype, v.shape))
 
 
-def _up_all(ins, ptrs, offs, buf, stream_cu, copy, send) -> None:
+def _up_all(ins, ptrs, offs, buf, stream_cu, copy, native) -> None:
     """The inputs of a block in one part: direct ones by DMA, staged runs that follow each other
-    in both memories in one copy, and large C-ordered ones through `send` (see _move)."""
+    in both memories in one copy, and large C-ordered ones through _send where `native` (see _move)."""
     pending = []                 # a staged run not queued yet [device, host, bytes]
 
     def up(run):
@@ -435,9 +434,9 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, copy, send) -> None:
         if o is None:
             pending = up(pending)
             rt.copy_htod(dp, v.ctypes.data, v.nbytes, stream_cu)
-        elif send is not None and v.nbytes >= _SPLIT_COPY_BYTES and v.flags.c_contiguous:
+        elif native and v.nbytes >= _SPLIT_COPY_BYTES and v.flags.c_contiguous:
             pending = up(pending)
-            send(buf.array(o, v.dtype, v.shape), v, dp, stream_cu)
+            _send(buf.array(o, v.dtype, v.shape), v, dp, stream_cu)
         else:
             copy(buf.array(o, v.dtype, v.shape), v)
             end = _round(pending[2]) if pending else 0
@@ -449,19 +448,14 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, copy, send) -> None:
     up(pending)
 
 
-def _up_range(flat: np.ndarray, dp: int, o, lo: int, hi: int, buf, stream_cu, copy, send) -> None:
+def _up_range(flat: np.ndarray, dp: int, o, lo: int, hi: int, buf, stream_cu) -> None:
     """Elements [lo, hi) of a C-ordered input up to dp + lo: by DMA from it (o None), else staged
-    at buf offset o + lo first (by `send`, where given)."""
+    at buf offset o + lo as it goes up (_send)."""
     b = flat.itemsize
     if o is None:
         rt.copy_htod(dp + lo * b, flat.ctypes.data + lo * b, (hi - lo) * b, stream_cu)
-        return
-    staged = buf.array(o + lo * b, flat.dtype, (hi - lo,))
-    if send is not None:
-        send(staged, flat[lo:hi], dp + lo * b, stream_cu)
-        return
-    copy(staged, flat[lo:hi])
-    rt.copy_htod(dp + lo * b, buf.ptr + o + lo * b, (hi - lo) * b, stream_cu)
+    else:
+        _send(buf.array(o + lo * b, flat.dtype, (hi - lo,)), flat[lo:hi], dp + lo * b, stream_cu)
 
 
 _OVERLAP_PART_BYTES = 2 << 20     # parts of a call whose copies up and down overlap (docs/tuning.md)
@@ -472,8 +466,11 @@ def _parts(ins, outs, period: int, scales: Sequence[int]) -> list[tuple[int, int
     """The element ranges a call goes in with copies up and down overlapping (see _move), each a
     run of whole periods, the last about half of an equal share; [] for one part: no period,
     operands that are not C-ordered, an input whose length does not fit its scale and the period,
-    or too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length)."""
-    if not period or not ins or not outs:
+    or too few bytes for parts of _OVERLAP_PART_BYTES (of its largest input of the outputs' length).
+    The byte count is asked first: most calls are too small to split."""
+    full = [v.nbytes for v, e in zip(ins, scales) if e == 1]
+    k = min(_OVERLAP_PARTS, max(full) // _OVERLAP_PART_BYTES) if full else 0
+    if k < 2 or not period or not outs:
         return []
     n = outs[0].size
     if not all(v.size == n for v in outs) or not all(v.flags.c_contiguous for v in ins + outs):
@@ -482,10 +479,6 @@ def _parts(ins, outs, period: int, scales: Sequence[int]) -> list[tuple[int, int
         if not (v.size == n if e == 1 else (v.size and period % v.size == 0) if not e else
                 (v.size * e == n and period % e == 0)):
             return []
-    full = [v.nbytes for v, e in zip(ins, scales) if e == 1]
-    k = _part_count(max(full)) if full else 0
-    if k < 2:
-        return []
     unit = math.lcm(period, _ALIGN)     # whole periods in whole 256-element runs: parts stay vector-aligned
     # the last part is half of an equal one: its copy up, kernel and copy down are what is left to
     # wait for once every part is queued (docs/tuning.md)
@@ -493,11 +486,6 @@ def _parts(ins, outs, period: int, scales: Sequence[int]) -> list[tuple[int, int
     cuts = sorted({round(i * per / unit) * unit for i in range(1, k)} - {0})
     bounds = [0, *(c for c in cuts if c < n), n]
     return list(zip(bounds, bounds[1:])) if len(bounds) > 2 else []
-
-
-def _part_count(largest_input: int) -> int:
-    """How many parts a call whose largest input has that many bytes goes in (below 2: whole)."""
-    return min(_OVERLAP_PARTS, largest_input // _OVERLAP_PART_BYTES)
 
 
 _downs: dict[int, _Lane] = {}      # per GPU, with _small_lock: the second stream of one-shot calls
@@ -546,7 +534,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
         with _small_lock:
             start = _upload_region(nbytes)
             if start is not None:       # queued, not waited for: the region stays taken until its copy ran
-                _move(*_ends(host, up), [dptr], stream.cu, _small, start, copy=_copy, send=_send,
+                _move(*_ends(host, up), [dptr], stream.cu, _small, start, native=True,
                       settle=lambda: _upload_queued(start, nbytes, stream))
                 return
     if pinned.is_direct(host) if small else (flat is not None and pinned.is_pinned(host)):
@@ -555,7 +543,7 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
     if small and not up:
         with _small_lock:
             if _small_buffer(_round(nbytes)) is not None:
-                _move(*_ends(host, up), [dptr], stream.cu, _small, copy=_copy, send=_send)
+                _move(*_ends(host, up), [dptr], stream.cu, _small, native=True)
                 return
     with _engine_lock:
         per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
@@ -799,10 +787,7 @@ def _block_elems(space: tuple[int, ...], most: int, per_elem: float, align: int)
     up to a multiple of the worker count where there are rows enough, so no round ends with a few
     workers copying while the others wait; none so small that per-block costs show
     (_MIN_BLOCK_BYTES); and the rows of each index shared out evenly."""
-    space = space or (1,)
     n = math.prod(space)
-    if not n:
-        return align
     cap = max(align, most // align * align)
     floor = int(_MIN_BLOCK_BYTES / per_elem)
     workers = _limits.threads
@@ -907,10 +892,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
     k = len(inputs)
     if period and outputs and not scales:
         scales = [1 if v.size == outputs[0].size else 0 for v in inputs]
-    # parts (and a second stream) only where _parts can split the call, which it sizes by the
-    # inputs of the outputs' length: small calls, most of them, skip asking
-    full = [b for b, e in zip(sizes, scales) if e == 1]
-    parts = _parts(views[:k], views[k:], period, scales) if full and _part_count(max(full)) >= 2 else []
+    parts = _parts(views[:k], views[k:], period, scales)     # and a second stream, where it splits
     split = bool(parts)
     # straight from and to their own memory: page-locked operands, and in a call not split, C-ordered
     # ones of at most _DRIVER_COPY_BYTES, which CUDA's own copy from pageable memory stages faster
@@ -931,7 +913,7 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, views)
-            _move(views[:k], views[k:], ptrs, stream.cu, buf, copy=_copy, send=_send, here=here,
+            _move(views[:k], views[k:], ptrs, stream.cu, buf, native=True, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
                   down=_down_stream(stream.ordinal) if split else None, parts=parts, scales=scales)
         finally:

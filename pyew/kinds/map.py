@@ -99,7 +99,7 @@ class MapOp:
         shapes = call.broadcast_plan(tuple(None if o.kind == SCALAR else o.shape for o in p.operands))
         if strided is None or shapes is None:
             return None
-        _, layout, n = shapes
+        layout, n = shapes
         pack = 16 // max(max(w.itemsize for w in wants), out_info.itemsize)
         where = [(i in arrays, numbers_at.index(i) if i in numbers_at else 0) for i in range(len(wants))]
         strides = list(layout)[2:] if layout[0] == 1 else None
@@ -117,17 +117,6 @@ class MapOp:
 
         numbers = _numbers(numbers_at, [wants[i] for i in numbers_at])
 
-        if not tail and not pvals and len(where) == 2:      # a row bias, x * 0.5, 2 ** x: no loops
-            (arr0, _), (arr1, _) = where
-
-            def two(out_ptr, args, nums, s, _alive=layout):    # the kernel reads the layout by address
-                library.launch(strided, (out_ptr, args[0].ptr if arr0 else nums[0],
-                                         args[1].ptr if arr1 else nums[-1], n, at_layout), s)
-            native = library.native(strided, [("o", 0), ("a", 0) if arr0 else ("n", 0),
-                                              ("a", 1) if arr1 else ("n", len(numbers_at) - 1), ("c", n),
-                                              ("c", at_layout)], shape, out_info, n)
-            return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, two, native=native)
-
         def sources(offsets):
             return [("a", i, off) if arr else ("n", j, off) for (i, (arr, j)), off in zip(enumerate(where), offsets)]
         native = library.native(
@@ -136,6 +125,14 @@ class MapOp:
             [[("o", 0, out_off), *sources(offs), ("c", count), *[("c", v) for v in pvals], ("c", at)]
              for out_off, offs, count, at, _ in parts],
             [0, *[1 + i for i, st in enumerate(strides or ()) if st]] if parts else ())
+
+        if not tail and not pvals and len(where) == 2:      # a row bias, x * 0.5, 2 ** x: no loops
+            (arr0, _), (arr1, _) = where
+
+            def two(out_ptr, args, nums, s, _alive=layout):    # the kernel reads the layout by address
+                library.launch(strided, (out_ptr, args[0].ptr if arr0 else nums[0],
+                                         args[1].ptr if arr1 else nums[-1], n, at_layout), s)
+            return call.Plan(self, shape, out_info, arrays, numbers_at, numbers, two, native=native)
 
         def broadcast(out_ptr, args, nums, s, _alive=(layout, parts)):    # the kernels read the layouts by address
             full = [args[i].ptr if arr else nums[j] for i, (arr, j) in enumerate(where)]
@@ -181,7 +178,7 @@ class MapOp:
 
         def broadcast(in_ptrs, out_ptrs, s, count, nums):
             _, own = runs.shapes(count)
-            _, layout, n = call.broadcast_plan(tuple(own[j] if arr else None for arr, j in where))
+            layout, n = call.broadcast_plan(tuple(own[j] if arr else None for arr, j in where))
             library.launch(strided, (out_ptrs[0], *[in_ptrs[j] if arr else nums[j] for arr, j in where], n, *pvals,
                                      ctypes.addressof(layout)), s)
         return call.Plan(self, shape, kernel.out_dtype, arrays, numbers_at, numbers, broadcast, host=host)
