@@ -21,12 +21,12 @@ inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T,
 // documents tanf 4 ulp, sinhf, atanhf 3, acoshf 4, atan2f 3, erfcf 4, powf 4 (CUDA C++ Programming
 // Guide, Mathematical Functions), and over every float32 input CUDA 13.0's tanf, sinhf, coshf
 // (documented at 2), acoshf and atanhf reach 3.1, 2.9, 2.3, 2.1 and 3.2 ulp (benchmarks/RESULTS.md,
-// Accuracy). sinh, cosh, arctanh and tan are evaluated in float, within 2 ulp; the others in double and
-// rounded once, within 1 ulp of the correctly rounded result, except where powf's result is a normal
-// float (see power). asinf,
-// acosf (documented at 2 ulp) and asinhf (documented at 3, at most 1.74 over every input) are used
-// as they are; the slow test
-// test_float32_functions_over_every_input checks all three against double on every float32 input.
+// Accuracy). sinh, cosh, arctanh, tan and arccosh are evaluated in float (within 2 ulp; arccosh 1),
+// erfc partly in double (within 2), and the others in double and rounded once, within 1 ulp of the
+// correctly rounded result, except where powf's result is a normal float (see power). asinf, acosf
+// (documented at 2 ulp) and asinhf (documented at 3, at most 1.74 over every input) are used as
+// they are; the slow test test_float32_functions_over_every_input checks these and the float forms
+// against double on every float32 input.
 // For 16-bit results the float function is used: a few float ulp are below 2^-10 of a float16 ulp,
 // so the one rounding to 11 (or 8) bits stays within 1 ulp. float64 uses the double function.
 template <typename R, typename C>
@@ -42,7 +42,7 @@ inline constexpr bool via_double_v = std::is_same_v<C, float> && !narrow_v<R>;
 EW_NP_VIA_DOUBLE_2(hypot, hypot)
 #undef EW_NP_VIA_DOUBLE_2
 
-// The pieces of arccosh and power below: double precision where a float result needs it (about
+// The pieces of power and logaddexp below: double precision where a float result needs it (about
 // 2^-39), and no further. atanh(s) for |s| < 0.18 by its series (the next term is below 2^-39 of
 // the result); 2^k as a double from its bits (|k| < 1000); 1 / d, for a positive normal d, from the
 // GPU's double reciprocal estimate (about 2^-20) and Newton steps, each doubling the bits that
@@ -78,39 +78,16 @@ __device__ __forceinline__ double recip(double d) {
 }
 
 
-// acosh(x) = log(y), y = x + sqrt(x^2 - 1) = 2^k m: k ln2 + 2 atanh((m - 1) / (m + 1)). x * x - 1
-// is exact in double for a float x (a 48-bit square), so near 1 nothing cancels; its square root is
-// float's estimate and one Newton step. From 2^30 on, y = 2x to within 2^-62.
-__device__ __forceinline__ float arccosh_via_log(float x) {
-  if (!(x >= 1.0f)) return __int_as_float(0x7fc00000);           // below 1, or NaN
-  if (x == 1.0f || x == __int_as_float(0x7f800000)) return x == 1.0f ? 0.0f : x;
-  const double d = x;
-  double y;
-  if (x < 1073741824.0f) {
-    const double q = ::fma(d, d, -1.0);
-    const double r0 = ::rsqrtf(static_cast<float>(q));
-    const double r1 = r0 * ::fma(-0.5 * q * r0, r0, 1.5);
-    y = d + q * r1;
-  } else {
-    y = 2.0 * d;
-  }
-  const int k = ((__double2hiint(y * 0.70710678118654752) >> 20) & 0x7ff) - 1022;
-  const double m = y * pow2(-k);
-  return static_cast<float>(::fma(static_cast<double>(k), kLogs[0], 2.0 * atanh_series((m - 1.0) * recip(m + 1.0))));
-}
-
-// e^t for |t| <= 700: t = j ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^kDegree (10:
-// about 2^-42; each term less costs about 2^-5), 2^j from its bits.
-template <int kDegree = 10>
+// e^t for |t| <= 700: t = j ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^10 (about
+// 2^-42), 2^j from its bits.
 __device__ __forceinline__ double exp_in_range(double t) {
-  static_assert(kDegree >= 3 && kDegree <= 10, "kExpTerms holds the terms from r^3 to r^10");
   constexpr double kRound = 6755399441055744.0;     // 1.5 * 2^52: adding it leaves round(t / ln2) in the low word
   const double shifted = ::fma(t, kLogs[1], kRound);
   const int j = __double2loint(shifted);
   const double r = ::fma(-(shifted - kRound), kLogs[0], t);
-  double p = kExpTerms[10 - kDegree];
+  double p = kExpTerms[0];
 #pragma unroll
-  for (int i = 11 - kDegree; i < 8; ++i) p = ::fma(p, r, kExpTerms[i]);
+  for (int i = 1; i < 8; ++i) p = ::fma(p, r, kExpTerms[i]);
   p = ::fma(p, r, 0.5);
   p = ::fma(p, r, 1.0);
   p = ::fma(p, r, 1.0);
@@ -124,11 +101,61 @@ __device__ __forceinline__ double exp_for_float(double t) {
   return exp_in_range(t > 150.0 ? 150.0 : t);
 }
 
+// float32 arccosh in float, within 1 ulp of the correctly rounded result on every float32 input
+// (the slow test_float32_functions_over_every_input checks it). acosh x = log y, y = x + sqrt(x^2 -
+// 1) carried as yh + yl: below 2^12, x^2 - 1 is exact as p - 1 + pe (p = x^2 rounded, pe its fma
+// error; p - 1 is exact below 2^24), its square root comes from rsqrt.approx and one correction
+// that keeps the residual, and the sum with x is a fast two-sum. From 2^12 on y = 2x to 2^-26, taken
+// as x and one more ln2. log y = k ln2 + log1p(f) + yl / yh with y = 2^k m, m in [2/3, 4/3), f = m - 1
+// exact, log1p f = f - f^2 / 2 + f^3 P(f), P of degree 7 fitted over |f| <= 1/3;
+// 1 / yh is x - sqrt(x^2 - 1), no reciprocal needed; k ln2 is split so that k ln2_hi + f is one
+// exact two-sum with its error carried.
+__device__ __forceinline__ float rsqrt_fast(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float arccosh_in_float(float x) {
+  const float inf = __int_as_float(0x7f800000);
+  const bool big = x >= 4096.0f;
+  const float p = x * x, pe = ::fmaf(x, x, -p), qh = p - 1.0f;
+  const float r0 = rsqrt_fast(qh), s = qh * r0;
+  const float sl = (::fmaf(-s, s, qh) + pe) * (0.5f * r0);
+  const float sum = x + s;
+  const float yh = big ? x : sum;
+  const float corr = big ? 0.0f : (((x - sum) + s) + sl) * ((x - s) - sl);     // yl / yh = yl (x - sqrt(x^2 - 1))
+  const int iy = __float_as_int(yh), e = (iy - 0x3f2aaaab) & static_cast<int>(0xff800000);
+  const float f = __int_as_float(iy - e) - 1.0f;
+  const float k = __int_as_float((e >> 23) + (big ? 0x4B400001 : 0x4B400000)) - 12582912.0f;
+  const float z = f * f;
+  float q = -0.13191736f;
+  q = ::fmaf(q, f, 0.1401382f);
+  q = ::fmaf(q, f, -0.12116163f);
+  q = ::fmaf(q, f, 0.13999087f);
+  q = ::fmaf(q, f, -0.16685282f);
+  q = ::fmaf(q, f, 0.20010896f);
+  q = ::fmaf(q, f, -0.24999696f);
+  q = ::fmaf(q, f, 0.33333206f);
+  const float kh = k * 0.693145751953125f, h = kh + f, he = (kh - h) + f;      // kh exact
+  const float r = h + (::fmaf(f * z, q, ::fmaf(-0.5f, z, corr)) + ::fmaf(k, 1.42860682e-06f, he));
+  if (!(x > 1.0f)) return x == 1.0f ? 0.0f : __int_as_float(0x7fc00000);     // 1, below 1, or NaN
+  return x == inf ? x : r;
+}
+
 // float32 sinh, cosh and arctanh in float, within 2 ulp of the correctly rounded result on every
 // float32 input (the slow test_float32_functions_over_every_input measures them; their double
 // forms, within 1 ulp, held the H200 under its copy rate: docs/tuning.md). e^a = e1 2^j with j =
-// round(a / ln2), r = a - j ln2 in two parts (the first product exact) and e1 = 1 + r + r^2 Q(r),
-// Q of degree 5 fitted to (e^r - 1 - r) / r^2 on |r| <= ln2 / 2.
+// round(a / ln2), r = a - j ln2 in two parts (the first product exact) and e1 = 1 + expm1_reduced(r):
+// r + r^2 Q(r), Q of degree 5 fitted to (e^r - 1 - r) / r^2 on |r| <= ln2 / 2.
+__device__ __forceinline__ float expm1_reduced(float r) {
+  float q = 1.98495196e-04f;
+  q = ::fmaf(q, r, 1.39335880e-03f);
+  q = ::fmaf(q, r, 8.33337288e-03f);
+  q = ::fmaf(q, r, 4.16664667e-02f);
+  q = ::fmaf(q, r, 1.66666672e-01f);
+  q = ::fmaf(q, r, 0.5f);
+  return ::fmaf(r * r, q, r);
+}
 __device__ __forceinline__ float exp_scaled(float a, int& j) {
   constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a / ln2) in the low bits
   const float shifted = ::fmaf(a, 1.44269504f, kRound);
@@ -136,13 +163,7 @@ __device__ __forceinline__ float exp_scaled(float a, int& j) {
   const float jf = shifted - kRound;
   float r = ::fmaf(-jf, 0.693145751953125f, a);
   r = ::fmaf(-jf, 1.42860682e-06f, r);
-  float q = 1.98495196e-04f;
-  q = ::fmaf(q, r, 1.39335880e-03f);
-  q = ::fmaf(q, r, 8.33337288e-03f);
-  q = ::fmaf(q, r, 4.16664667e-02f);
-  q = ::fmaf(q, r, 1.66666672e-01f);
-  q = ::fmaf(q, r, 0.5f);
-  return 1.0f + ::fmaf(r * r, q, r);
+  return 1.0f + expm1_reduced(r);
 }
 
 // e^a / 2 for 0 <= a (clamped at 89.5, past which cosh and sinh overflow; NaN stays NaN), as e1
@@ -301,7 +322,7 @@ __device__ __forceinline__ float arctan2_via_series(float y, float x) {
 }
 
 // x^y as exp(y log x) in double, for float32 results: log x = k ln2 + 2 atanh((m - 1) / (m + 1))
-// with x = 2^k m, m in [0.707, 1.414), as arccosh_via_log, to about 2^-39; y log x then errs by at
+// with x = 2^k m, m in [0.707, 1.414), to about 2^-39; y log x then errs by at
 // most 2^-32 wherever the result is a finite, nonzero float (|y log x| < 104), a 2^-8 of a float
 // ulp after exp_for_float. A negative x takes |x| and the sign of an odd integer y; a non-integer y
 // gives NaN. Zeros, infinities, NaN and subnormal x go to double pow (C's special cases).
@@ -321,27 +342,37 @@ __device__ __forceinline__ float power_via_log(float x, float y) {
   return negate ? -r : r;
 }
 
-// erfc(x) for float32 results, in double: erfc(|x|) = e^(-x^2) erfcx(|x|), with erfcx as a
-// polynomial of degree 12 in t = (|x| - 3) / (|x| + 3), fitted over [0, 10.1] to within 1.5e-10 of
-// it (scripts/float32_via_double_error.py fits it and checks this function). x^2 is exact in
-// double, t is right to about 2^-39 and e^(-x^2) comes from exp_in_range to r^9 (2^-37), so the
-// result errs by about 2^-32 before its one rounding. From 10.1 on the float result is 0 (|x| is clamped there in
-// float and the result selected, without a branch); a negative x gives 2 - erfc(|x|), which
-// cancels nothing (erfc(|x|) <= 1).
-[[maybe_unused]] static __constant__ double kErfcxTerms[13] = {
-    0.17900115117246568,   -0.3262335601393882,   0.24560380312633326,    -0.15011593125080602,
-    0.07166580268986612,   -0.02439259164348375,  0.004269422259690279,   0.0007084819018176377,
-    -0.0005979541352498966, 4.246317396070642e-05, 6.454143851286009e-05, -8.300036593766485e-06,
-    -6.204558821847956e-06};
+// erfc(x) for float32 results: erfc(|x|) = e^(-x^2) erfcx(|x|). erfcx in double, where a float
+// t = (|x| - 3) / (|x| + 3) would carry its rounding into the result up to 1.6-fold: a polynomial
+// of degree 10 in t, fitted over [0, 10.0546875] to within 2^-29 of it, rounded to float once. e^(-x^2)
+// in float, as 2^j (1 + u): x^2 = sq + sl exactly (an fma), j = round(-sq / ln2), rho = -sq - j ln2
+// - sl with the first product exact, u = expm1_reduced(rho); the result
+// (erfcx + erfcx u) 2^j rounds once before its scaling (2^(j+64) 2^-64, so that a subnormal result
+// is rounded where it lands). From 10.0546875 on the float result is 0 (|x| is clamped there and
+// the result selected, without a branch); a negative x gives 2 - erfc(|x|), which cancels nothing
+// (erfc(|x|) <= 1).
+[[maybe_unused]] static __constant__ double kErfcxTerms[11] = {
+    5.585439305184729e-05,  2.8735731625853002e-05, -0.0005946363411201208, 0.0007157963754601407,
+    0.004268926839563484,   -0.024394239276896344,  0.0716658544043349,     -0.15011578167801223,
+    0.24560379814995748,    -0.3262335638238121,    0.17900115125937477};
 __device__ __forceinline__ float erfc_for_float(float x) {
-  const float top = 10.1f;
-  const double a = ::fminf(::fabsf(x), top);
-  const double t = (a - 3.0) * recip<1>(a + 3.0);
-  double p = kErfcxTerms[12];
+  const float top = 10.0546875f;
+  const float a = ::fminf(::fabsf(x), top);
+  const double ad = a;
+  const double t = (ad - 3.0) * recip<1>(ad + 3.0);
+  double p = kErfcxTerms[0];
 #pragma unroll
-  for (int i = 11; i >= 0; --i) p = ::fma(p, t, kErfcxTerms[i]);
-  const double v = exp_in_range<9>(-a * a) * p;
-  const float r = static_cast<float>(x < 0.0f ? 2.0 - v : v);
+  for (int i = 1; i < 11; ++i) p = ::fma(p, t, kErfcxTerms[i]);
+  const float ex = static_cast<float>(p);
+  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(-sq / ln2) in the low bits
+  const float sq = a * a, sl = ::fmaf(a, a, -sq);
+  const float shifted = ::fmaf(-sq, 1.44269504f, kRound);
+  const int j = __float_as_int(shifted) - 0x4B400000;
+  const float jf = shifted - kRound;
+  const float rho = ::fmaf(-jf, 0.693145751953125f, -sq) - ::fmaf(jf, 1.42860682e-06f, sl);
+  const float u = expm1_reduced(rho);
+  const float v = ::fmaf(ex, u, ex) * __int_as_float((j + 191) << 23) * 5.42101086e-20f;     // 2^(j+64) 2^-64
+  const float r = x < 0.0f ? 2.0f - v : v;
   return ::fabsf(x) < top ? r : (x != x ? x : (x < 0.0f ? 2.0f : 0.0f));
 }
 
@@ -357,7 +388,7 @@ EW_NP_FLOAT32_VIA(sinh, sinh_in_float, sinh)
 EW_NP_FLOAT32_VIA(cosh, cosh_in_float, cosh)
 EW_NP_FLOAT32_VIA(tan, tan_in_float, tan)
 EW_NP_FLOAT32_VIA(arctanh, arctanh_in_float, atanh)
-EW_NP_FLOAT32_VIA(arccosh, arccosh_via_log, acosh)
+EW_NP_FLOAT32_VIA(arccosh, arccosh_in_float, acosh)
 #undef EW_NP_FLOAT32_VIA
 
 template <typename R = void, typename C>

@@ -1,10 +1,10 @@
-"""The double-precision paths of float32 erfc, logaddexp, arctan2 and tan (libew/ew_numpy.cuh:
-erfc_for_float, logaddexp_for_float, arctan2_via_series, tan_via_series), emulated in float64 and
+"""The double-precision paths of float32 logaddexp, arctan2 and tan (libew/ew_numpy.cuh:
+logaddexp_for_float, arctan2_via_series, and tan_via_series, tan's form past 2^20), emulated in float64 and
 compared with float64 references over random bit patterns, the functions' working ranges, pairs
 whose logaddexp cancels towards 0, pairs at arctan2's octant boundaries and floats nearest to
 multiples of pi/2 for tan (the reduction's first step, exact on the GPU, split here instead).
-Also fits the polynomials of erfcx and atan the kernels evaluate, and prints their coefficients
-(`--coefficients`). Needs scipy.
+Also fits the polynomial of atan the kernel evaluates, and prints its coefficients
+(`--coefficients`).
 
     python scripts/float32_via_double_error.py [--coefficients] [--n 20000000]
 """
@@ -14,21 +14,8 @@ import argparse
 import math
 
 import numpy as np
-from scipy.special import erfc, erfcx
 
 LN2 = 0.69314718055994530942
-ERFC_K, ERFC_TOP, ERFC_DEGREE = 3.0, 10.1, 12      # t = (|x| - K) / (|x| + K); past TOP the float result is 0
-
-
-def erfcx_coefficients() -> np.ndarray:
-    """Least squares on Chebyshev nodes of t over |x| in [0, TOP], as a power series in t."""
-    t0, t1 = -1.0, (ERFC_TOP - ERFC_K) / (ERFC_TOP + ERFC_K)
-    nodes = np.cos(np.pi * (np.arange(4000) + 0.5) / 4000)
-    t = (nodes + 1) / 2 * (t1 - t0) + t0
-    c = np.polynomial.chebyshev.chebfit(nodes, erfcx(ERFC_K * (1 + t) / (1 - t)), ERFC_DEGREE)
-    return np.polynomial.Chebyshev(c, domain=[t0, t1]).convert(kind=np.polynomial.Polynomial).coef
-
-
 RNG = np.random.default_rng(7)
 
 
@@ -76,18 +63,6 @@ def exp_for_float(t):
 def atanh_series(s):
     s2 = s * s
     return s + s * s2 * (1 / 3 + s2 * (1 / 5 + s2 * (1 / 7 + s2 * (1 / 9 + s2 * (1 / 11 + s2 * (1 / 13))))))
-
-
-def erfc_for_float(x32, coef):
-    top = np.float32(ERFC_TOP)
-    a = np.minimum(np.abs(x32), top).astype(np.float64)
-    t = (a - ERFC_K) * recip(a + ERFC_K, steps=1)
-    p = np.full_like(t, coef[-1])
-    for c in coef[-2::-1]:
-        p = p * t + c
-    v = exp_in_range(-a * a, degree=9) * p
-    r = np.where(x32 < 0, 2.0 - v, v).astype(np.float32)
-    return np.where(np.abs(x32) < top, r, np.where(np.isnan(x32), x32, np.where(x32 < 0, 2.0, 0.0))).astype(np.float32)
 
 
 def logaddexp_for_float(a32, b32):
@@ -158,20 +133,15 @@ def ulps(got32, ref64):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--coefficients", action="store_true", help="print erfcx's coefficients as C++")
+    ap.add_argument("--coefficients", action="store_true", help="print atan's coefficients as C++")
     ap.add_argument("--n", type=int, default=20_000_000, help="inputs of each kind")
     args = ap.parse_args()
-    coef, atan = erfcx_coefficients(), atan_coefficients()
+    atan = atan_coefficients()
     if args.coefficients:
-        print("erfcx:", ", ".join(repr(float(c)) for c in coef))
         print("atan:", ", ".join(repr(float(c)) for c in atan))
     rng = np.random.default_rng(1)
     bits = lambda: rng.integers(0, 2**32, args.n, dtype=np.uint64).astype(np.uint32).view(np.float32)  # noqa: E731
     with np.errstate(all="ignore"):
-        x = np.concatenate([bits(), rng.uniform(-5, 11, args.n).astype(np.float32),
-                            np.array([0, -0.0, np.inf, -np.inf, np.nan, 10.0546, 10.1, 9.2, 1e-30], np.float32)])
-        u = ulps(erfc_for_float(x, coef), erfc(x.astype(np.float64)))
-        print(f"erfc: worst {u.max():.4f} ulp at x = {x[u.argmax()]!r}; over 1 ulp: {int((u > 1).sum())} of {x.size}")
         a = np.concatenate([bits(), rng.normal(0, 3, args.n), rng.uniform(-0.8, 0.1, args.n)]).astype(np.float32)
         near_zero = np.log1p(-np.exp(a[-args.n:].astype(np.float64))) + rng.normal(0, 1e-6, args.n)
         b = np.concatenate([bits(), rng.normal(0, 3, args.n), np.nan_to_num(near_zero)]).astype(np.float32)

@@ -296,7 +296,7 @@ def test_float32_functions_over_every_input(name, torch_cuda):
     """Every float32 input (2^32 bit patterns, NaNs included) against the double function on the
     GPU: within the op's ulp bound of the correctly rounded result, NaN exactly where it is NaN.
     arcsin, arccos and arcsinh use CUDA's float functions, whose documented bounds are not all 2 ulp;
-    sinh, cosh, arctanh and tan have float forms of their own; the others evaluate in double."""
+    sinh, cosh, arctanh, tan and arccosh have float forms of their own, erfc one partly in double."""
     torch = torch_cuda
     op = pyew.library.get().manifest.op(name)
     ref_fn = {"arcsin": torch.asin, "arccos": torch.acos, "arcsinh": torch.asinh, "tan": torch.tan,
