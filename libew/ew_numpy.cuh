@@ -107,7 +107,8 @@ __device__ __forceinline__ double exp_for_float(double t) {
 // error; p - 1 is exact below 2^24), its square root comes from rsqrt.approx and one correction
 // that keeps the residual, and the sum with x is a fast two-sum. From 2^12 on y = 2x to 2^-26, taken
 // as x and one more ln2. log y = k ln2 + log1p(f) + yl / yh with y = 2^k m, m in [2/3, 4/3), f = m - 1
-// exact, log1p f = f - f^2 / 2 + f^3 P(f), P of degree 7 fitted over |f| <= 1/3;
+// exact, log1p f = f - f^2 / 2 + f^3 P(f), P of degree 7 fitted over |f| <= 1/3
+// (benchmarks/experiments/fit_float32_forms.py at 18d595e);
 // 1 / yh is x - sqrt(x^2 - 1), no reciprocal needed; k ln2 is split so that k ln2_hi + f is one
 // exact two-sum with its error carried.
 __device__ __forceinline__ float rsqrt_fast(float x) {
@@ -344,7 +345,8 @@ __device__ __forceinline__ float power_via_log(float x, float y) {
 
 // erfc(x) for float32 results: erfc(|x|) = e^(-x^2) erfcx(|x|). erfcx in double, where a float
 // t = (|x| - 3) / (|x| + 3) would carry its rounding into the result up to 1.6-fold: a polynomial
-// of degree 10 in t, fitted over [0, 10.0546875] to within 2^-29 of it, rounded to float once. e^(-x^2)
+// of degree 10 in t, fitted over [0, 10.0546875] to within 2^-29 of it (benchmarks/experiments/
+// fit_float32_forms.py at 18d595e), rounded to float once. e^(-x^2)
 // in float, as 2^j (1 + u): x^2 = sq + sl exactly (an fma), j = round(-sq / ln2), rho = -sq - j ln2
 // - sl with the first product exact, u = expm1_reduced(rho); the result
 // (erfcx + erfcx u) 2^j rounds once before its scaling (2^(j+64) 2^-64, so that a subnormal result
