@@ -327,7 +327,9 @@ __device__ __forceinline__ float arctan2_via_series(float y, float x) {
 // most 2^-32 wherever the result is a finite, nonzero float (|y log x| < 104), a 2^-8 of a float
 // ulp after exp_for_float. A negative x takes |x| and the sign of an odd integer y; a non-integer y
 // gives NaN. Zeros, infinities, NaN and subnormal x go to double pow (C's special cases).
-__device__ __forceinline__ float power_via_log(float x, float y) {
+// Out of line: inlined, this rarely taken form slowed the powf path that nearly every element takes
+// (docs/tuning.md).
+static __device__ __noinline__ float power_via_log(float x, float y) {
   const float ax = ::fabsf(x);
   if (!(ax >= 1.17549435e-38f && ax < __int_as_float(0x7f800000) && ::fabsf(y) < __int_as_float(0x7f800000)))
     return static_cast<float>(::pow(static_cast<double>(x), static_cast<double>(y)));
