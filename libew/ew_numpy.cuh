@@ -119,7 +119,7 @@ __device__ __forceinline__ float rsqrt_fast(float x) {
 __device__ __forceinline__ float arccosh_in_float(float x) {
   const float inf = __int_as_float(0x7f800000);
   const bool big = x >= 4096.0f;
-  const float p = x * x, pe = ::fmaf(x, x, -p), qh = p - 1.0f;
+  const float p = __fmul_rn(x, x), pe = ::fmaf(x, x, -p), qh = p - 1.0f;      // p rounded, not fused into qh
   const float r0 = rsqrt_fast(qh), s = qh * r0;
   const float sl = (::fmaf(-s, s, qh) + pe) * (0.5f * r0);
   const float sum = x + s;
@@ -224,50 +224,17 @@ __device__ __forceinline__ float arctanh_in_float(float x) {
   return ::copysignf(a < 0.5f ? series : logs, x);
 }
 
-// float32 tan in double: x = k pi/2 + r with pi/2 in three parts (below 2^20 the first step is
-// exact, and r keeps far more bits than a float result needs: the tests check every float32
-// input), sin r and cos r by their Taylor series on |r| <= pi/4 (to r^13 and r^12: about 2^-41),
-// tan x = sin r / cos r for an even k and -cos r / sin r for an odd one. From 2^20 on, and for
-// infinities and NaN, double tan.
-[[maybe_unused]] static __constant__ double kTanTerms[16] = {
-    0.6366197723675814,      // 2 / pi
-    1.5707963267948966,      6.123233995736766e-17, -1.4973849048591698e-33,     // pi / 2 in three parts
-    1.0 / 6227020800,  -1.0 / 39916800, 1.0 / 362880, -1.0 / 5040, 1.0 / 120, -1.0 / 6,    // sin: r^13 .. r^3
-    1.0 / 479001600, -1.0 / 3628800, 1.0 / 40320, -1.0 / 720, 1.0 / 24, -0.5};           // cos: r^12 .. r^2
-__device__ __forceinline__ float tan_via_series(float x) {
-  if (!(::fabsf(x) < 1048576.0f)) return static_cast<float>(::tan(static_cast<double>(x)));
-  constexpr double kRound = 6755399441055744.0;
-  const double d = ::fabsf(x);                      // tan is odd: tan |x|, negated for a negative x or -0
-  const double shifted = ::fma(d, kTanTerms[0], kRound);
-  const int k = __double2loint(shifted);
-  const double kd = shifted - kRound;
-  double r = ::fma(-kd, kTanTerms[1], d);
-  r = ::fma(-kd, kTanTerms[2], r);
-  r = ::fma(-kd, kTanTerms[3], r);
-  const double r2 = r * r;
-  double ps = kTanTerms[4], pc = kTanTerms[10];
-#pragma unroll
-  for (int i = 5; i < 10; ++i) ps = ::fma(ps, r2, kTanTerms[i]);
-#pragma unroll
-  for (int i = 11; i < 16; ++i) pc = ::fma(pc, r2, kTanTerms[i]);
-  const double sn = ::fma(r * r2, ps, r);
-  const double cs = ::fma(r2, pc, 1.0);
-  const bool odd = k & 1;
-  const float t = static_cast<float>((odd ? -cs : sn) * recip(odd ? sn : cs));
-  return __float_as_int(x) < 0 ? -t : t;
-}
-
 // float32 tan in float, within 2 ulp of the correctly rounded result on every float32 input (the
-// slow test_float32_functions_over_every_input checks it; benchmarks/RESULTS.md, Accuracy; the
-// double form above held the H200 under its copy rate: docs/tuning.md). |x| = j pi/2 + r with
+// slow test_float32_functions_over_every_input checks it; benchmarks/RESULTS.md, Accuracy; its
+// double form held the H200 under its copy rate: docs/tuning.md). |x| = j pi/2 + r with
 // pi/2 in three floats: the first step exact, the second product split exactly by an fma and
 // added by a two-sum, so r = rh + rl to far more bits than a float; tan r = r + r^3 P(r^2), P of
 // degree 6 fitted to (tan r - r) / r^3 on |r| <= 1.02 pi/4, plus rl (1 + tan^2 r); an odd j gives
 // -1 / tan r, from rcp.approx and one correction that takes the low part in. From 2^20 on, and for
-// infinities and NaN, the double form.
+// infinities and NaN, double tan.
 __device__ __forceinline__ float tan_in_float(float x) {
   const float a = ::fabsf(x);
-  if (!(a < 1048576.0f)) return tan_via_series(x);
+  if (!(a < 1048576.0f)) return static_cast<float>(::tan(static_cast<double>(x)));
   constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a 2 / pi) in the low bits
   const float shifted = ::fmaf(a, 0.636619772f, kRound);
   const int j = __float_as_int(shifted) - 0x4B400000;
@@ -329,7 +296,7 @@ __device__ __forceinline__ float arctan2_via_series(float y, float x) {
 // gives NaN. Zeros, infinities, NaN and subnormal x go to double pow (C's special cases).
 // Out of line: inlined, this rarely taken form slowed the powf path that nearly every element takes
 // (docs/tuning.md).
-static __device__ __noinline__ float power_via_log(float x, float y) {
+inline __device__ __noinline__ float power_via_log(float x, float y) {
   const float ax = ::fabsf(x);
   if (!(ax >= 1.17549435e-38f && ax < __int_as_float(0x7f800000) && ::fabsf(y) < __int_as_float(0x7f800000)))
     return static_cast<float>(::pow(static_cast<double>(x), static_cast<double>(y)));

@@ -1,8 +1,7 @@
-"""The double-precision paths of float32 logaddexp, arctan2 and tan (libew/ew_numpy.cuh:
-logaddexp_for_float, arctan2_via_series, and tan_via_series, tan's form past 2^20), emulated in float64 and
+"""The double-precision paths of float32 logaddexp and arctan2 (libew/ew_numpy.cuh:
+logaddexp_for_float, arctan2_via_series), emulated in float64 and
 compared with float64 references over random bit patterns, the functions' working ranges, pairs
-whose logaddexp cancels towards 0, pairs at arctan2's octant boundaries and floats nearest to
-multiples of pi/2 for tan (the reduction's first step, exact on the GPU, split here instead).
+whose logaddexp cancels towards 0 and pairs at arctan2's octant boundaries.
 Also fits the polynomial of atan the kernel evaluates, and prints its coefficients
 (`--coefficients`).
 
@@ -45,11 +44,11 @@ def recip(d, steps=2):
     return r
 
 
-def exp_in_range(t, degree=10):
-    """e^t by the kernel's Taylor series to r^degree."""
+def exp_in_range(t):
+    """e^t by the kernel's Taylor series to r^10."""
     j = np.rint(t * 1.4426950408889634)
     r = t - j * LN2
-    terms = [1 / math.factorial(k) for k in range(degree, -1, -1)]
+    terms = [1 / math.factorial(k) for k in range(10, -1, -1)]
     p = terms[0]
     for c in terms[1:]:
         p = p * r + c
@@ -101,27 +100,6 @@ def arctan2_via_series(y32, x32, coef):
 PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
 
 
-def tan_via_series(x32):
-    """float32 tan below 2^20 as the kernel computes it; above, double tan."""
-    d = np.abs(x32).astype(np.float64)
-    k = np.rint(d * 0.6366197723675814)
-    hi = np.float64(np.float32(PIO2[0]))            # k * hi exact (24 + 21 bits), as the GPU's fma is
-    r = ((d - k * hi) - k * (PIO2[0] - hi)) - k * PIO2[1] - k * PIO2[2]
-    r2 = r * r
-    sin_terms = [(-1) ** n / math.factorial(2 * n + 1) for n in range(6, 0, -1)]           # r^13 .. r^3
-    cos_terms = [(-1) ** n / math.factorial(2 * n) for n in range(6, 0, -1)]               # r^12 .. r^2
-    ps, pc = np.full_like(r, sin_terms[0]), np.full_like(r, cos_terms[0])
-    for c in sin_terms[1:]:
-        ps = ps * r2 + c
-    for c in cos_terms[1:]:
-        pc = pc * r2 + c
-    sn, cs = r + r * r2 * ps, r2 * pc + 1.0
-    odd = (k.astype(np.int64) & 1) == 1
-    t = np.where(odd, -cs, sn) * recip(np.where(odd, sn, cs))
-    t = np.where(np.signbit(x32), -t, t)
-    return np.where(np.abs(x32) < 1048576.0, t, np.tan(x32.astype(np.float64))).astype(np.float32)
-
-
 def ulps(got32, ref64):
     """|got - ref| in ulps of the correctly rounded float32 result."""
     sp = np.spacing(np.abs(ref64.astype(np.float32))).astype(np.float64)
@@ -162,15 +140,6 @@ def main() -> None:
         u = ulps(arctan2_via_series(y, x, atan), np.arctan2(y.astype(np.float64), x.astype(np.float64)))
         print(f"arctan2: worst {u.max():.4f} ulp at ({y[u.argmax()]!r}, {x[u.argmax()]!r}); over 1 ulp: "
               f"{int((u > 1).sum())} of {y.size}")
-        k = rng.integers(-(1 << 20) // 2, (1 << 20) // 2, args.n).astype(np.float64)
-        near = (k * (np.pi / 2)).astype(np.float32)
-        near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))])
-        x = np.concatenate([bits(), rng.uniform(-1.1e6, 1.1e6, args.n).astype(np.float32), near, specials])
-        got = tan_via_series(x)
-        u = ulps(got, np.tan(x.astype(np.float64)))
-        zero_sign = np.signbit(got[x == 0]) == np.signbit(x[x == 0])
-        print(f"tan: worst {u.max():.4f} ulp at x = {x[u.argmax()]!r}; over 1 ulp: {int((u > 1).sum())} of "
-              f"{x.size}; signed zeros kept: {bool(zero_sign.all())}")
 
 
 if __name__ == "__main__":
