@@ -322,7 +322,9 @@ class HostOperand:
 
 def chunks(shape: tuple[int, ...], max_elems: int):
     """Split the iteration space `shape` into blocks of at most max_elems elements (at least one
-    row of the innermost dim it splits), in C order. Each block is a tuple of slices, one per dim."""
+    row of the innermost dim it splits), in C order. Each block is a tuple of slices, one per dim.
+    `shape` has at least one dim and no zero-length one: calls of no elements return before
+    streaming, and a 0-d call streams as (1,)."""
     nd = len(shape)
     s, inner = _cut_dim(shape, max_elems)
     # dims > s are whole; dim s is cut into ranges of `step`; dims < s are taken one index at a time
