@@ -632,7 +632,7 @@ CHEAP_CALLS = frozenset({
     "C", "static_cast", "min", "max", "fmin", "fmax", "fminf", "fmaxf", "fabs", "fabsf", "abs",
     "copysign", "copysignf", "floor", "ceil", "trunc", "rint", "ew::wrap_add", "ew::wrap_sub", "ew::wrap_mul",
     # libew/ew_numpy.cuh's selects, bit tests and single instructions
-    "ew::np::negative", "ew::np::absolute", "ew::np::sign", "ew::np::reciprocal", "ew::np::floor",
+    "ew::np::negative", "ew::np::absolute", "ew::np::sign", "ew::np::floor",
     "ew::np::ceil", "ew::np::trunc", "ew::np::invert", "ew::np::is_nan", "ew::np::is_inf", "ew::np::is_finite",
     "ew::np::sign_bit", "ew::np::maximum", "ew::np::minimum", "ew::np::fmax", "ew::np::fmin", "ew::np::clip"})
 
@@ -643,11 +643,16 @@ def _all_calls(text: str) -> tuple[tuple[str, bool], ...]:
 
 
 def op_tuning(op: Op, spec: Spec) -> str:
-    """The spec's `tuning`, else "compute" when the expression calls a function (a math function,
-    an ew:: helper, or an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs,
-    the ew::wrap_* integer helpers and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
+    """The spec's `tuning`, else "compute" for a one-input op with an output dtype of its own (a
+    cast, a bool test) or an expression that calls a function (a math function, an ew:: helper, or
+    an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs, the ew::wrap_*
+    integer helpers and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
     if op.tuning is not None:
         return op.tuning
+    if len(op.inputs) == 1 and op.out is not None:
+        # a cast or a bool test: where the result is narrower than the input, a thread's store from
+        # one pack is narrow, and two packs a thread keep more bytes in flight (docs/tuning.md)
+        return "compute"
     names = {o.name for o in spec.ops}
     for c, plain in _all_calls(op.expr) if op.expr else ():
         if c in CHEAP_CALLS:

@@ -45,6 +45,13 @@ __device__ __forceinline__ float rcp_fast(float x) {
   return y;
 }
 
+// 1 / sqrt(x) from rsqrt.approx, subnormals flushed, likewise.
+__device__ __forceinline__ float rsqrt_fast(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // min or max of a and b that returns a NaN a, not b (one min.NaN or max.NaN from sm_80 on, where
 // fminf and fmaxf would drop it).
 template <bool kMax>

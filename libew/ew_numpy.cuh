@@ -111,16 +111,11 @@ __device__ __forceinline__ double exp_for_float(double t) {
 // (benchmarks/experiments/fit_float32_forms.py at 18d595e);
 // 1 / yh is x - sqrt(x^2 - 1), no reciprocal needed; k ln2 is split so that k ln2_hi + f is one
 // exact two-sum with its error carried.
-__device__ __forceinline__ float rsqrt_fast(float x) {
-  float y;
-  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 __device__ __forceinline__ float arccosh_in_float(float x) {
   const float inf = __int_as_float(0x7f800000);
   const bool big = x >= 4096.0f;
   const float p = __fmul_rn(x, x), pe = ::fmaf(x, x, -p), qh = p - 1.0f;      // p rounded, not fused into qh
-  const float r0 = rsqrt_fast(qh), s = qh * r0;
+  const float r0 = rsqrt_fast(qh), s = __fmul_rn(qh, r0);     // not fused into x + s: the two-sum needs s itself
   const float sl = (::fmaf(-s, s, qh) + pe) * (0.5f * r0);
   const float sum = x + s;
   const float yh = big ? x : sum;
@@ -204,24 +199,18 @@ __device__ __forceinline__ float sinh_in_float(float x) {
   return ::copysignf(a < 1.0f ? series : h - half_recip, x);
 }
 
-// arctanh: below 1/2 a + a^3 P(a^2), P of degree 5 fitted to (atanh a - a) / a^3 (the a^3 term is
-// under a tenth of the result); from 1/2 to 1 log1p(2a / (1 - a)) / 2, with 1 - a and 2a exact and
-// the quotient from rcp.approx and one correction (as good as a rounded division for this, and
-// cheaper), whose error log1p damps to at most 0.61 of it. Both computed, one selected, as sinh's.
+// arctanh: log1p(u) / 2 with u = 2a / (1 - a), 1 - a and 2a exact, u from rcp.approx, and the
+// residual c (u + c = 2a / (1 - a) to a few float ulp squared) carried past log1p as c / (1 + u) = c
+// (1 - a) / (1 + a), where 1 / (1 + a) within an eighth (1 - a / 2) is enough for a term under an
+// ulp. One path for every |x| < 1, selected from the special cases rather than branched
+// around them: the bench's data is mostly |x| > 1, and a warp that branched ran both.
 __device__ __forceinline__ float arctanh_in_float(float x) {
   const float a = ::fabsf(x);
-  if (!(a < 1.0f)) return a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
-  const float s = a * a;
-  float p = 0.157313675f;
-  p = ::fmaf(p, s, 0.0650612786f);
-  p = ::fmaf(p, s, 0.114671439f);
-  p = ::fmaf(p, s, 0.142642200f);
-  p = ::fmaf(p, s, 0.200004667f);
-  p = ::fmaf(p, s, 0.333333313f);
-  const float series = ::fmaf(a * s, p, a);
   const float d = 1.0f - a, twice = 2.0f * a, q = rcp_fast(d), u = twice * q;
-  const float logs = 0.5f * ::log1pf(::fmaf(q, ::fmaf(-u, d, twice), u));
-  return ::copysignf(a < 0.5f ? series : logs, x);
+  const float c = q * ::fmaf(-u, d, twice);
+  const float r = 0.5f * (::log1pf(u) + c * d * ::fmaf(-0.5f, a, 1.0f));
+  const float edge = a == 1.0f ? ::copysignf(__int_as_float(0x7f800000), x) : __int_as_float(0x7fc00000);
+  return a < 1.0f ? ::copysignf(r, x) : edge;
 }
 
 // float32 tan in float, within 2 ulp of the correctly rounded result on every float32 input (the
@@ -543,23 +532,38 @@ __device__ __forceinline__ T remainder_int(T a, T b) {
 // way (a multiple of b's ulp below |b|, or a - b by Sterbenz's lemma where |a| < |b|), so one step
 // back gives both. False for zero and infinite divisors, infinite or NaN operands and larger
 // quotients, which go to the library's fmod.
-template <typename T>
+// 16-bit operands (R) in float take q from the fast division (ew::div, within 2 ulp for |b| <
+// 2^126), and trunc(q) may also be one short of the quotient, a step the other way (|q| < 2^20).
+// The fma stays exact: where the fast quotient can be one off, |a| >= |b| / 2, so a - k b is a
+// multiple of b's ulp / 2 under 2 |b|, at most 13 bits for 11-bit significands.
+template <typename R, typename T>
 __device__ __forceinline__ bool fmod_small(T a, T b, T q, T& quo, T& rem) {
-  constexpr T kLimit = sizeof(T) == 4 ? T(4194304.0f) : T(2251799813685248.0);   // 2^22, 2^51
-  if (!(::fabs(q) < kLimit) || !::isfinite(b)) return false;
+  constexpr bool kFast = narrow_v<R> && std::is_same_v<T, float>;
+  constexpr T kLimit = kFast ? T(1048576.0f) : sizeof(T) == 4 ? T(4194304.0f) : T(2251799813685248.0);   // 2^20, 2^22, 2^51
+  if constexpr (kFast) {
+    if (!(::fabs(q) < kLimit) || !(::fabs(b) < T(8.50705917e37f))) return false;   // 2^126
+  } else {
+    if (!(::fabs(q) < kLimit) || !::isfinite(b)) return false;
+  }
   quo = ::trunc(q);
   rem = ::fma(-quo, b, a);
   if (rem != T(0) && ::signbit(rem) != ::signbit(a)) {
     rem += ::copysign(b, a);
     quo -= ::copysign(T(1), quo);
   }
+  if constexpr (kFast) {
+    if (::fabs(rem) >= ::fabs(b)) {
+      rem -= ::copysign(b, a);
+      quo += ::copysign(T(1), q);
+    }
+  }
   return true;
 }
 
-template <typename T>
+template <typename R, typename T>
 __device__ __forceinline__ T fmod_exact(T a, T b) {
   T quo, rem;
-  if (!fmod_small(a, b, a / b, quo, rem)) return ::fmod(a, b);
+  if (!fmod_small<R>(a, b, ew::div<R>(a, b), quo, rem)) return ::fmod(a, b);
   return rem == T(0) ? ::copysign(T(0), a) : rem;
 }
 
@@ -572,11 +576,11 @@ template <typename T>
 struct DivMod {
   T div, mod;
 };
-template <typename T>
+template <typename R, typename T>
 __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
-  const T q = a / b;
+  const T q = ew::div<R>(a, b);
   T div, mod;
-  if (!fmod_small(a, b, q, div, mod)) {
+  if (!fmod_small<R>(a, b, q, div, mod)) {
     mod = ::fmod(a, b);
     if (b == T(0)) return {q, mod};
     div = (a - mod) / b;
@@ -599,24 +603,26 @@ __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
   return {floordiv, mod};
 }
 
+// The quotient from the rounded division for every float type: the fast one made 16-bit
+// floor_divide slower (docs/tuning.md), where it made fmod and remainder faster.
 template <typename T>
 __device__ __forceinline__ T floor_divide(T a, T b) {
   if constexpr (std::is_integral_v<T>) return floor_divide_int(a, b);
-  else return divmod_float(a, b).div;
+  else return divmod_float<void>(a, b).div;
 }
 
-template <typename T>
+template <typename R = void, typename T>
 __device__ __forceinline__ T remainder(T a, T b) {
   if constexpr (std::is_integral_v<T>) return remainder_int(a, b);
-  else return divmod_float(a, b).mod;
+  else return divmod_float<R>(a, b).mod;
 }
 
 // C's fmod: the remainder with the dividend's sign. Integers: x fmod 0 is 0 (as numpy), x fmod -1
 // is 0 (INT_MIN % -1 would overflow).
-template <typename T>
+template <typename R = void, typename T>
 __device__ __forceinline__ T fmod(T a, T b) {
   if constexpr (std::is_integral_v<T>) return (b == T(0) || b == T(-1)) ? T(0) : rem_c(a, b);
-  else return fmod_exact(a, b);
+  else return fmod_exact<R>(a, b);
 }
 
 // a^b. Floats: C's pow (numpy's); float32 results from powf where normal, else power_via_log. Integers:

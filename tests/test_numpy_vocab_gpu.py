@@ -100,8 +100,9 @@ def test_16bit_division_of_every_dividend(dtype, rng):
     random divisors of every magnitude and sign and by the edge ones (zeros, infinities, NaN, the
     smallest subnormal, the largest value, and for bfloat16 divisors about 2^-126 and 2^126, where a
     float's reciprocal leaves the normal range): quotients from below 2^-40 to past 2^40, across the
-    hand-over at 2^22 from fmod's fast form to the library's, bit for bit numpy's (in float32, rounded
-    once)."""
+    hand-over from fmod's fast form to the library's (at 2^22; at 2^20 for fmod and remainder, whose
+    quotient comes from the fast division and can be one short), bit for bit numpy's (in float32,
+    rounded once)."""
     info = pyew.dtypes.BY_NAME[dtype]
     edges = {"float16": [0x0000, 0x0001, 0x0400, 0x3C00, 0x4200, 0x7BFF, 0x7C00, 0x7E00],
              "bfloat16": [0x0000, 0x0001, 0x0080, 0x0081, 0x3F80, 0x4040, 0x7E7F, 0x7E80, 0x7F7F, 0x7F80, 0x7FC0]}

@@ -36,14 +36,19 @@ def test_good_spec_parses_into_frozen_model():
 
 
 def test_tuning_guess_and_override():
-    """An expression that calls a function is "compute", one of plain arithmetic, C(...) casts and
-    calls of "memory" ops is "memory"; the spec's `tuning` wins over the guess."""
+    """An expression that calls a function, or a one-input op with an output dtype of its own, is
+    "compute", one of plain arithmetic, C(...) casts and calls of "memory" ops is "memory"; the
+    spec's `tuning` wins over the guess."""
     from generator.spec import op_tuning
     spec = load(["libew/ops.toml"])
     got = {o.name: op_tuning(o, spec) for o in spec.ops if o.kind == "map"}
-    assert got["relu"] == got["add"] == got["add_relu"] == got["to_float16"] == "memory"
+    assert got["relu"] == got["add"] == got["add_relu"] == "memory"
     assert got["gelu"] == got["elu"] == "compute"
     assert got["sigmoid"] == got["hardswish"] == "memory"      # the spec's `tuning` over the guess
+    # a one-input op with an output dtype of its own (casts, bool tests), and a division, take two
+    # packs a thread; two-input comparisons already have two loads in flight
+    assert got["to_float16"] == got["to_bool"] == got["isnan"] == got["reciprocal"] == "compute"
+    assert got["less"] == got["equal"] == "memory"
     text = GOOD + '\n[[op]]\nname = "g"\ninputs = ["x"]\ndtypes = ["float32"]\nexpr = "twice(ew::sigmoid<R>(x))"\n' \
         'ref = "x"\ndoc = "g."\n'
     twice, g = one(text)

@@ -31,7 +31,9 @@ NUMEXPR_AS = {"maximum": "where({0} >= {1}, {0}, {1})", "minimum": "where({0} <=
 
 
 def is_cast(op) -> bool:
-    return bool(op.out) and op.ref.strip() == op.inputs[0]
+    """A cast: its reference is its input, or it is named for its output dtype (to_int32, whose
+    reference spells out its saturation, against a peer's plain conversion)."""
+    return bool(op.out) and (op.ref.strip() == op.inputs[0] or op.name == f"to_{op.out}")
 
 
 class _Weak:
