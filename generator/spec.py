@@ -645,20 +645,27 @@ def _all_calls(text: str) -> tuple[tuple[str, bool], ...]:
 def op_tuning(op: Op, spec: Spec) -> str:
     """The spec's `tuning`, else "compute" for a one-input op with an output dtype of its own (a
     cast, a bool test) or an expression that calls a function (a math function, an ew:: helper, or
-    an op that is itself "compute"), else "memory". Casts like C(0), min/max/abs, the ew::wrap_*
-    integer helpers and calls of "memory" ops (relu(x + y)) keep an op "memory"."""
+    an op that is itself "compute" by its spec or its expression), else "memory". Casts like C(0),
+    min/max/abs, the ew::wrap_* integer helpers and calls of "memory" ops (relu(x + y)) keep an op
+    "memory"."""
     if op.tuning is not None:
         return op.tuning
     if len(op.inputs) == 1 and op.out is not None:
         # a cast or a bool test: where the result is narrower than the input, a thread's store from
-        # one pack is narrow, and two packs a thread keep more bytes in flight (docs/tuning.md)
+        # one pack is narrow, and two packs a thread keep more bytes in flight (docs/tuning.md); an
+        # op calling it stores its own result, and its expression decides
         return "compute"
+    return _expression_tuning(op, spec)
+
+
+def _expression_tuning(op: Op, spec: Spec) -> str:
     names = {o.name for o in spec.ops}
     for c, plain in _all_calls(op.expr) if op.expr else ():
         if c in CHEAP_CALLS:
             continue
         if plain and c in names:       # an op (::exp(x) is CUDA's exp, also inside an op named exp)
-            if c != op.name and op_tuning(spec.op(c), spec) == "compute":
+            callee = spec.op(c)
+            if c != op.name and (callee.tuning or _expression_tuning(callee, spec)) == "compute":
                 return "compute"
             continue
         return "compute"

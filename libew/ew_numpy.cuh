@@ -199,11 +199,13 @@ __device__ __forceinline__ float sinh_in_float(float x) {
   return ::copysignf(a < 1.0f ? series : h - half_recip, x);
 }
 
-// arctanh: log1p(u) / 2 with u = 2a / (1 - a), 1 - a and 2a exact, u from rcp.approx, and the
-// residual c (u + c = 2a / (1 - a) to a few float ulp squared) carried past log1p as c / (1 + u) = c
-// (1 - a) / (1 + a), where 1 / (1 + a) within an eighth (1 - a / 2) is enough for a term under an
-// ulp. One path for every |x| < 1, selected from the special cases rather than branched
-// around them: the bench's data is mostly |x| > 1, and a warp that branched ran both.
+// arctanh: log1p(u) / 2 with u = 2a / d, d = 1 - a rounded (exact from 1/2 up), 2a exact, u from
+// rcp.approx, and the residual c (u + c = 2a / d to a few float ulp squared) carried past log1p as
+// c / (1 + u) = c d / (1 + a), where 1 / (1 + a) within an eighth (1 - a / 2) is enough for a term
+// under an ulp. Below 1/2, d's own rounding is not carried: most of the error there (within 2 ulp
+// on every float32 input; carrying it too, docs/tuning.md, cost more than it gained). One path for
+// every |x| < 1, selected from the special cases rather than branched around them: the bench's
+// data is mostly |x| > 1, and a warp that branched ran both.
 __device__ __forceinline__ float arctanh_in_float(float x) {
   const float a = ::fabsf(x);
   const float d = 1.0f - a, twice = 2.0f * a, q = rcp_fast(d), u = twice * q;
@@ -532,38 +534,23 @@ __device__ __forceinline__ T remainder_int(T a, T b) {
 // way (a multiple of b's ulp below |b|, or a - b by Sterbenz's lemma where |a| < |b|), so one step
 // back gives both. False for zero and infinite divisors, infinite or NaN operands and larger
 // quotients, which go to the library's fmod.
-// 16-bit operands (R) in float take q from the fast division (ew::div, within 2 ulp for |b| <
-// 2^126), and trunc(q) may also be one short of the quotient, a step the other way (|q| < 2^20).
-// The fma stays exact: where the fast quotient can be one off, |a| >= |b| / 2, so a - k b is a
-// multiple of b's ulp / 2 under 2 |b|, at most 13 bits for 11-bit significands.
-template <typename R, typename T>
+template <typename T>
 __device__ __forceinline__ bool fmod_small(T a, T b, T q, T& quo, T& rem) {
-  constexpr bool kFast = narrow_v<R> && std::is_same_v<T, float>;
-  constexpr T kLimit = kFast ? T(1048576.0f) : sizeof(T) == 4 ? T(4194304.0f) : T(2251799813685248.0);   // 2^20, 2^22, 2^51
-  if constexpr (kFast) {
-    if (!(::fabs(q) < kLimit) || !(::fabs(b) < T(8.50705917e37f))) return false;   // 2^126
-  } else {
-    if (!(::fabs(q) < kLimit) || !::isfinite(b)) return false;
-  }
+  constexpr T kLimit = sizeof(T) == 4 ? T(4194304.0f) : T(2251799813685248.0);   // 2^22, 2^51
+  if (!(::fabs(q) < kLimit) || !::isfinite(b)) return false;
   quo = ::trunc(q);
   rem = ::fma(-quo, b, a);
   if (rem != T(0) && ::signbit(rem) != ::signbit(a)) {
     rem += ::copysign(b, a);
     quo -= ::copysign(T(1), quo);
   }
-  if constexpr (kFast) {
-    if (::fabs(rem) >= ::fabs(b)) {
-      rem -= ::copysign(b, a);
-      quo += ::copysign(T(1), q);
-    }
-  }
   return true;
 }
 
-template <typename R, typename T>
+template <typename T>
 __device__ __forceinline__ T fmod_exact(T a, T b) {
   T quo, rem;
-  if (!fmod_small<R>(a, b, ew::div<R>(a, b), quo, rem)) return ::fmod(a, b);
+  if (!fmod_small(a, b, a / b, quo, rem)) return ::fmod(a, b);
   return rem == T(0) ? ::copysign(T(0), a) : rem;
 }
 
@@ -576,11 +563,11 @@ template <typename T>
 struct DivMod {
   T div, mod;
 };
-template <typename R, typename T>
+template <typename T>
 __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
-  const T q = ew::div<R>(a, b);
+  const T q = a / b;
   T div, mod;
-  if (!fmod_small<R>(a, b, q, div, mod)) {
+  if (!fmod_small(a, b, q, div, mod)) {
     mod = ::fmod(a, b);
     if (b == T(0)) return {q, mod};
     div = (a - mod) / b;
@@ -603,26 +590,24 @@ __device__ __forceinline__ DivMod<T> divmod_float(T a, T b) {
   return {floordiv, mod};
 }
 
-// The quotient from the rounded division for every float type: the fast one made 16-bit
-// floor_divide slower (docs/tuning.md), where it made fmod and remainder faster.
 template <typename T>
 __device__ __forceinline__ T floor_divide(T a, T b) {
   if constexpr (std::is_integral_v<T>) return floor_divide_int(a, b);
-  else return divmod_float<void>(a, b).div;
+  else return divmod_float(a, b).div;
 }
 
-template <typename R = void, typename T>
+template <typename T>
 __device__ __forceinline__ T remainder(T a, T b) {
   if constexpr (std::is_integral_v<T>) return remainder_int(a, b);
-  else return divmod_float<R>(a, b).mod;
+  else return divmod_float(a, b).mod;
 }
 
 // C's fmod: the remainder with the dividend's sign. Integers: x fmod 0 is 0 (as numpy), x fmod -1
 // is 0 (INT_MIN % -1 would overflow).
-template <typename R = void, typename T>
+template <typename T>
 __device__ __forceinline__ T fmod(T a, T b) {
   if constexpr (std::is_integral_v<T>) return (b == T(0) || b == T(-1)) ? T(0) : rem_c(a, b);
-  else return fmod_exact<R>(a, b);
+  else return fmod_exact(a, b);
 }
 
 // a^b. Floats: C's pow (numpy's); float32 results from powf where normal, else power_via_log. Integers:

@@ -400,7 +400,7 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
                     rt.copy_dtoh(home + lo * b, dp + lo * b, (hi - lo) * b, down.stream)
             rt.stream_synchronize(down.stream)
         else:
-            _up_all(ins, ptrs, offs, buf, stream_cu, copy, native)
+            _up_all(ins, ptrs, offs, buf, stream_cu, native)
             if launch is not None:
                 launch(ptrs, outs[0].size if outs else 0)
             for v, dp, o in zip(outs, ptrs[k:], offs[k:]):
@@ -422,9 +422,10 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
             copy(v, buf.array(o, v.dtype, v.shape))
 
 
-def _up_all(ins, ptrs, offs, buf, stream_cu, copy, native) -> None:
+def _up_all(ins, ptrs, offs, buf, stream_cu, native) -> None:
     """The inputs of a block in one part: direct ones by DMA, staged runs that follow each other
     in both memories in one copy, and large C-ordered ones through _send where `native` (see _move)."""
+    copy = _copy if native else np.copyto
     pending = []                 # a staged run not queued yet [device, host, bytes]
 
     def up(run):

@@ -98,14 +98,14 @@ def test_float_division_where_the_quotient_rounds_across_an_integer(dtype, rng):
 def test_16bit_division_of_every_dividend(dtype, rng):
     """floor_divide, remainder and fmod of 16-bit values: every dividend (all 65,536 bit patterns) by
     random divisors of every magnitude and sign and by the edge ones (zeros, infinities, NaN, the
-    smallest subnormal, the largest value, and for bfloat16 divisors about 2^-126 and 2^126, where a
-    float's reciprocal leaves the normal range): quotients from below 2^-40 to past 2^40, across the
-    hand-over from fmod's fast form to the library's (at 2^22; at 2^20 for fmod and remainder, whose
-    quotient comes from the fast division and can be one short), bit for bit numpy's (in float32,
-    rounded once)."""
+    smallest subnormal, the largest value, and for bfloat16 subnormal divisors and divisors about
+    2^-126 and 2^126, where a float's reciprocal leaves the normal range): quotients from below
+    2^-40 to past 2^40, across the hand-over at 2^22 from fmod's fast form to the library's, bit for
+    bit numpy's (in float32, rounded once)."""
     info = pyew.dtypes.BY_NAME[dtype]
     edges = {"float16": [0x0000, 0x0001, 0x0400, 0x3C00, 0x4200, 0x7BFF, 0x7C00, 0x7E00],
-             "bfloat16": [0x0000, 0x0001, 0x0080, 0x0081, 0x3F80, 0x4040, 0x7E7F, 0x7E80, 0x7F7F, 0x7F80, 0x7FC0]}
+             "bfloat16": [0x0000, 0x0001, 0x0020, 0x0040, 0x007F, 0x0080, 0x0081, 0x3F80, 0x4040, 0x7E7F, 0x7E80,
+                          0x7F7F, 0x7F80, 0x7FC0]}
     edge = np.array(edges[dtype], np.uint16)
     divisors = np.concatenate([rng.integers(0, 1 << 16, 192).astype(np.uint16), edge, edge | np.uint16(0x8000)])
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
@@ -122,6 +122,32 @@ def test_16bit_division_of_every_dividend(dtype, rng):
                                                                   np.isnan(want.astype(np.float32)))
         bad = np.flatnonzero(~same)[:5]
         assert same.all(), (f"{name} {dtype}: {(~same).sum()} differ, e.g. {a[bad]} {b[bad]} -> {got[bad]}, "
+                            f"numpy {want[bad]}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_formula_remainders_of_float_intermediates(dtype, rng):
+    """A 16-bit formula's fmod and remainder take float intermediates, not 16-bit values: divisors
+    y + v of up to 24 significant bits and dividends a few ulp from integer multiples of them (where
+    a quotient one off leaves a - k b past a float's precision), bit for bit numpy's in float32,
+    rounded once."""
+    info = pyew.dtypes.BY_NAME[dtype]
+    n = 1 << 18
+    y = (rng.uniform(1, 2, n) * rng.choice([-1.0, 1.0], n)).astype(info.np)
+    v = (rng.uniform(1, 2, n) * np.exp2(-rng.integers(9, 15, n))).astype(info.np)
+    s = y.astype(np.float32) + v.astype(np.float32)                      # exact in float32
+    k = rng.integers(1, 1 << 9, n) * rng.choice([-1.0, 1.0], n)
+    x = (k * s.astype(np.float64)).astype(info.np)
+    bits = x.view(np.uint16).astype(np.int64) + rng.integers(-2, 3, n)
+    x = bits.astype(np.uint16).view(info.np)
+    for text, ref in (("fmod(x, y + v)", np.fmod), ("remainder(x, y + v)", np.remainder)):
+        with np.errstate(all="ignore"):
+            want = ref(x.astype(np.float32), s).astype(info.np)
+        got = pyew.evaluate(text, local_dict={"x": x, "y": y, "v": v})
+        same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got.astype(np.float32)) &
+                                                                  np.isnan(want.astype(np.float32)))
+        bad = np.flatnonzero(~same)[:5]
+        assert same.all(), (f"{text} {dtype}: {(~same).sum()} differ, e.g. {x[bad]} {s[bad]} -> {got[bad]}, "
                             f"numpy {want[bad]}")
 
 

@@ -55,6 +55,9 @@ def test_tuning_guess_and_override():
     from generator.spec import Spec
     s2 = Spec((twice, g), ())
     assert op_tuning(twice, s2) == "memory" and op_tuning(g, s2) == "compute"
+    caller = one(GOOD.replace('expr = "x + x"', 'expr = "isnan(x) ? C(0) : x"'))[0]
+    with_isnan = Spec((caller, spec.op("isnan")), ())
+    assert op_tuning(caller, with_isnan) == "memory"      # an op calling a bool test: its expression decides
     (cheap,) = one(GOOD.replace('expr = "x + x"', 'expr = "fmaxf(x, C(0)) + static_cast<C>(1)"'))
     assert op_tuning(cheap, Spec((cheap,), ())) == "memory"
     (forced,) = one(GOOD + 'tuning = "compute"\n')
