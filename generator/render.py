@@ -21,7 +21,7 @@ from mako.lookup import TemplateLookup
 from pyew.formula import comment
 
 from . import abi
-from .spec import DEFAULT_SPEC, REPO, Op, Spec, direct_calls, op_calls, op_tuning, spec_path
+from .spec import DEFAULT_SPEC, REPO, Op, Spec, call_tuning, direct_calls, op_calls, op_tuning, spec_path
 
 TEMPLATES = Path(__file__).parent / "templates"
 LIBEW = Path(__file__).resolve().parent.parent / "libew"
@@ -132,6 +132,7 @@ def op_entry(op: Op, spec: Spec) -> dict:
         "params": [{"name": p.name, "type": p.type, "default": p.default} for p in op.params],
         "ref": op.ref, "out": op.out, "source": op.source, "rtol": op.rtol,
         "tuning": op_tuning(op, spec) if op.kind == "map" else None,
+        "call_tuning": call_tuning(op, spec) if op.kind == "map" else None,
         "ufunc": op.ufunc, "fixed": dict(op.fixed), "ulp": op.ulp,
         "launch": op.launch if op.kind == "map" else None,
         "kernels": [{

@@ -653,19 +653,22 @@ def op_tuning(op: Op, spec: Spec) -> str:
     if len(op.inputs) == 1 and op.out is not None:
         # a cast or a bool test: where the result is narrower than the input, a thread's store from
         # one pack is narrow, and two packs a thread keep more bytes in flight (docs/tuning.md); an
-        # op calling it stores its own result, and its expression decides
+        # op or a formula calling it stores its own result (call_tuning)
         return "compute"
-    return _expression_tuning(op, spec)
+    return call_tuning(op, spec)
 
 
-def _expression_tuning(op: Op, spec: Spec) -> str:
+def call_tuning(op: Op, spec: Spec) -> str:
+    """What calling this op makes of its caller's shape (an op's, a fused formula's): the spec's
+    `tuning`, else what its expression calls."""
+    if op.tuning is not None:
+        return op.tuning
     names = {o.name for o in spec.ops}
     for c, plain in _all_calls(op.expr) if op.expr else ():
         if c in CHEAP_CALLS:
             continue
         if plain and c in names:       # an op (::exp(x) is CUDA's exp, also inside an op named exp)
-            callee = spec.op(c)
-            if c != op.name and (callee.tuning or _expression_tuning(callee, spec)) == "compute":
+            if c != op.name and call_tuning(spec.op(c), spec) == "compute":
                 return "compute"
             continue
         return "compute"

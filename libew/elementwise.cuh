@@ -37,8 +37,8 @@ struct Tuning {
   static constexpr int kHint = Hint;
 };
 // The two shapes the generator picks from, per op (the spec's `tuning`, or generator/spec.py's
-// op_tuning: "compute" when the expression calls a function), chosen from the launch-shape sweep
-// (figures in benchmarks/RESULTS.md):
+// op_tuning: "compute" when the expression calls a function, or for a one-input op with a dtype of
+// its own for its result), chosen from the launch-shape sweep (figures in benchmarks/RESULTS.md):
 //  * MemoryBoundTuning, PyTorch's shape: one pack per thread, a block per 256 packs, no grid cap.
 //    Copy-like ops run at the copy ceiling with it, above OneFlow's capped grid-stride shape; a
 //    heavy op runs well below it: each thread's only load has nothing to overlap with.

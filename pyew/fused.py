@@ -380,9 +380,7 @@ class Program:
         kernel = op.kernel(kd)
         out = kernel.out_dtype
         self.ops.add(op.name)
-        if op.tuning == "compute" and not (op.out and len(op.inputs) == 1):
-            # a cast or a bool test is "compute" for its own narrow stores (generator/spec.py,
-            # op_tuning); in a formula the rest of it decides, as for an op calling one
+        if op.call_tuning == "compute":
             self.compute = True
         args = []
         for at, (name, (info, expr)) in enumerate(zip(op.inputs, kids)):

@@ -133,6 +133,7 @@ class Op:
     fixed: dict = field(default_factory=dict)
     ulp: int | None = None          # float32 accuracy the tests check, in ulp; None: rtol
     launch: str | None = None       # map ops: "tuned" or "basic" (the contiguous entry's kernels)
+    call_tuning: str | None = None  # map ops: the shape a call of it asks of a fused formula
     by_dtype: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -191,7 +192,7 @@ def op_of(o: dict, bind=None) -> Op:
     fixed = {str(name): dt.BY_NAME[d] for name, d in (o.get("fixed") or {}).items()}
     return Op(o["name"], o["kind"], tuple(o["inputs"]), params, o.get("doc", ""), o.get("ref", ""),
               o.get("out"), o.get("source", ""), o.get("rtol"), o.get("tuning"), tuple(kernels),
-              o.get("ufunc"), fixed, o.get("ulp"), o.get("launch"))
+              o.get("ufunc"), fixed, o.get("ulp"), o.get("launch"), o.get("call_tuning", o.get("tuning")))
 
 
 class Library:

@@ -425,7 +425,6 @@ def _move(ins, outs, ptrs, stream_cu, buf: Pinned | None = None, start: int = 0,
 def _up_all(ins, ptrs, offs, buf, stream_cu, native) -> None:
     """The inputs of a block in one part: direct ones by DMA, staged runs that follow each other
     in both memories in one copy, and large C-ordered ones through _send where `native` (see _move)."""
-    copy = _copy if native else np.copyto
     pending = []                 # a staged run not queued yet [device, host, bytes]
 
     def up(run):
@@ -441,7 +440,7 @@ def _up_all(ins, ptrs, offs, buf, stream_cu, native) -> None:
             pending = up(pending)
             _send(buf.array(o, v.dtype, v.shape), v, dp, stream_cu)
         else:
-            copy(buf.array(o, v.dtype, v.shape), v)
+            (_copy if native else np.copyto)(buf.array(o, v.dtype, v.shape), v)
             end = _round(pending[2]) if pending else 0
             if pending and pending[0] + end == dp and pending[1] + end == buf.ptr + o:
                 pending[2] = end + v.nbytes

@@ -118,6 +118,16 @@ def test_source_uses_the_ops_device_functions_and_rounds_once(vocab):
     assert p.tuning == 1            # gelu is compute-bound: the compute launch shape
 
 
+def test_a_cast_or_bool_test_leaves_a_formula_its_shape(vocab):
+    """isnan and the casts take the compute shape for their own narrow stores; in a formula the rest
+    of it decides the shape (the memory shape for a compare and a select)."""
+    needs(vocab, "isnan", "where", "to_float16", "gelu")
+    assert vocab["isnan"].tuning == "compute" and vocab["isnan"].call_tuning == "memory"
+    assert typed("where(isnan(x), 0, x)", x="float32").tuning == 0
+    assert typed("to_float16(x)", x="float32").tuning == 0
+    assert typed("gelu(to_float16(x))", x="float32").tuning == 1
+
+
 def test_errors_before_compiling(vocab):
     needs(vocab, "elu", "add")
     with pytest.raises(pyew.FormulaError, match="takes 1 input"):

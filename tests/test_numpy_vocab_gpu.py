@@ -135,7 +135,7 @@ def test_16bit_formula_remainders_of_float_intermediates(dtype, rng):
     n = 1 << 18
     y = (rng.uniform(1, 2, n) * rng.choice([-1.0, 1.0], n)).astype(info.np)
     v = (rng.uniform(1, 2, n) * np.exp2(-rng.integers(9, 15, n))).astype(info.np)
-    s = y.astype(np.float32) + v.astype(np.float32)                      # exact in float32
+    s = y.astype(np.float32) + v.astype(np.float32)                      # as the formula's float add rounds it
     k = rng.integers(1, 1 << 9, n) * rng.choice([-1.0, 1.0], n)
     x = (k * s.astype(np.float64)).astype(info.np)
     bits = x.view(np.uint16).astype(np.int64) + rng.integers(-2, 3, n)

@@ -58,6 +58,11 @@ def test_tuning_guess_and_override():
     caller = one(GOOD.replace('expr = "x + x"', 'expr = "isnan(x) ? C(0) : x"'))[0]
     with_isnan = Spec((caller, spec.op("isnan")), ())
     assert op_tuning(caller, with_isnan) == "memory"      # an op calling a bool test: its expression decides
+    from generator.spec import call_tuning
+    assert call_tuning(spec.op("isnan"), spec) == call_tuning(spec.op("to_float16"), spec) == "memory"
+    assert call_tuning(spec.op("gelu"), spec) == "compute"
+    (forced_cast,) = one(GOOD.replace('expr = "x + x"', 'expr = "x != C(0)"\nout = "bool"') + 'tuning = "compute"\n')
+    assert call_tuning(forced_cast, Spec((forced_cast,), ())) == "compute"     # the spec's own `tuning` counts
     (cheap,) = one(GOOD.replace('expr = "x + x"', 'expr = "fmaxf(x, C(0)) + static_cast<C>(1)"'))
     assert op_tuning(cheap, Spec((cheap,), ())) == "memory"
     (forced,) = one(GOOD + 'tuning = "compute"\n')
