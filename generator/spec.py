@@ -648,9 +648,7 @@ def op_tuning(op: Op, spec: Spec) -> str:
     an op that is itself "compute" by its spec or its expression), else "memory". Casts like C(0),
     min/max/abs, the ew::wrap_* integer helpers and calls of "memory" ops (relu(x + y)) keep an op
     "memory"."""
-    if op.tuning is not None:
-        return op.tuning
-    if len(op.inputs) == 1 and op.out is not None:
+    if op.tuning is None and len(op.inputs) == 1 and op.out is not None:
         # a cast or a bool test: where the result is narrower than the input, a thread's store from
         # one pack is narrow, and two packs a thread keep more bytes in flight (docs/tuning.md); an
         # op or a formula calling it stores its own result (call_tuning)

@@ -152,11 +152,15 @@ __device__ __forceinline__ float expm1_reduced(float r) {
   q = ::fmaf(q, r, 0.5f);
   return ::fmaf(r * r, q, r);
 }
-__device__ __forceinline__ float exp_scaled(float a, int& j) {
-  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a / ln2) in the low bits
-  const float shifted = ::fmaf(a, 1.44269504f, kRound);
+// round(a inv) as j and as a float, for |a inv| < 2^22: adding 1.5 * 2^23 leaves it in the low bits.
+__device__ __forceinline__ float nearest_integer(float a, float inv, int& j) {
+  constexpr float kRound = 12582912.0f;
+  const float shifted = ::fmaf(a, inv, kRound);
   j = __float_as_int(shifted) - 0x4B400000;
-  const float jf = shifted - kRound;
+  return shifted - kRound;
+}
+__device__ __forceinline__ float exp_scaled(float a, int& j) {
+  const float jf = nearest_integer(a, 1.44269504f, j);     // round(a / ln2)
   float r = ::fmaf(-jf, 0.693145751953125f, a);
   r = ::fmaf(-jf, 1.42860682e-06f, r);
   return 1.0f + expm1_reduced(r);
@@ -226,10 +230,8 @@ __device__ __forceinline__ float arctanh_in_float(float x) {
 __device__ __forceinline__ float tan_in_float(float x) {
   const float a = ::fabsf(x);
   if (!(a < 1048576.0f)) return static_cast<float>(::tan(static_cast<double>(x)));
-  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(a 2 / pi) in the low bits
-  const float shifted = ::fmaf(a, 0.636619772f, kRound);
-  const int j = __float_as_int(shifted) - 0x4B400000;
-  const float jf = shifted - kRound;
+  int j;
+  const float jf = nearest_integer(a, 0.636619772f, j);   // round(a 2 / pi)
   const float r1 = ::fmaf(-jf, 1.57079637f, a);                         // exact
   // __fmul_rn: a product the compiler must not fuse into the subtraction after it (the two-sum
   // needs it rounded)
@@ -326,11 +328,9 @@ __device__ __forceinline__ float erfc_for_float(float x) {
 #pragma unroll
   for (int i = 1; i < 11; ++i) p = ::fma(p, t, kErfcxTerms[i]);
   const float ex = static_cast<float>(p);
-  constexpr float kRound = 12582912.0f;                   // 1.5 * 2^23: adding it leaves round(-sq / ln2) in the low bits
   const float sq = a * a, sl = ::fmaf(a, a, -sq);
-  const float shifted = ::fmaf(-sq, 1.44269504f, kRound);
-  const int j = __float_as_int(shifted) - 0x4B400000;
-  const float jf = shifted - kRound;
+  int j;
+  const float jf = nearest_integer(-sq, 1.44269504f, j);  // round(-sq / ln2)
   const float rho = ::fmaf(-jf, 0.693145751953125f, -sq) - ::fmaf(jf, 1.42860682e-06f, sl);
   const float u = expm1_reduced(rho);
   const float v = ::fmaf(ex, u, ex) * __int_as_float((j + 191) << 23) * 5.42101086e-20f;     // 2^(j+64) 2^-64
