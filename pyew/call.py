@@ -180,30 +180,30 @@ def returned(out, res):
     return out if isinstance(res, DeviceArray) else res
 
 
-def check_out(out, device: bool, shape, info: dt.DType, op: str, stream, what: str = "out"):
+def check_out(out, device: bool, shape, info: dt.DType, op: str, stream):
     """Validate out= for a result of `shape` and `info`: a GPU array (pyew's or foreign) for a GPU
     call, a writeable numpy array for a host call. Returns the out to write (imported if foreign)."""
     if out is None:
         return None
-    d = device_out(out, stream, op, what)
+    d = device_out(out, stream, op)
     if d is not None:
         out, got, oshape = d, d.info, d.shape
     elif device:
-        raise TypeError(f"{op}: {what} must be a GPU array (a DeviceArray, or one with "
+        raise TypeError(f"{op}: out must be a GPU array (a DeviceArray, or one with "
                         f"__cuda_array_interface__ / __dlpack__) when an input is on the GPU, "
                         f"not {type(out).__name__}")
     else:
         if not isinstance(out, np.ndarray):
-            raise TypeError(f"{op}: {what} must be a numpy array or a GPU array, not {type(out).__name__}")
+            raise TypeError(f"{op}: out must be a numpy array or a GPU array, not {type(out).__name__}")
         if not out.flags.writeable:
-            raise ValueError(f"{op}: {what} is a read-only numpy array")
+            raise ValueError(f"{op}: out is a read-only numpy array")
         try:
             got = dt.lookup(out.dtype)
         except (KeyError, TypeError):
             got = None
         oshape = out.shape
     if got is not info or tuple(oshape) != tuple(shape):
-        raise OutMismatch(f"{op}: {what} is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}",
+        raise OutMismatch(f"{op}: out is {out.dtype} {tuple(oshape)}, the result is {info.name} {tuple(shape)}",
                           info, tuple(shape))
     return out
 
@@ -219,13 +219,12 @@ class OutMismatch(ValueError):
         self.info, self.shape = info, shape
 
 
-def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: str | None = None,
-              casting: str = "same_kind"):
+def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: str, casting: str = "same_kind"):
     """out= as numpy's: the result computed without it (`compute()`), then written into out, cast
     with `casting` (checked first, so a refused cast computes nothing) and, for a numpy
     out, broadcast to its shape. Another library's GPU array is checked and written through the
     view pyew imports of it. `label`: what a refused cast's message calls the call (numpy's
-    "ufunc 'add'"; by default the op's name as a ufunc's). Returns out."""
+    "ufunc 'add'"). Returns out."""
     target = out
     if type(out) is not DeviceArray and not isinstance(out, np.ndarray):
         target = device_out(out, resolve_stream_of(out, stream), op)
@@ -233,7 +232,7 @@ def write_out(out, why: OutMismatch, compute: Callable, op: str, stream, label: 
             raise why
     if why.info is not None:
         if not np.can_cast(why.info.np, target.dtype, casting):
-            raise TypeError(f"Cannot cast {label or f'ufunc {op!r}'} output from {why.info.np!r} to "
+            raise TypeError(f"Cannot cast {label} output from {why.info.np!r} to "
                             f"{np.dtype(target.dtype)!r} with casting rule {casting!r}") from None
         if type(target) is DeviceArray and target.info is not why.info and cast_entry(why.info, target.info) is None:
             raise TypeError(f"{op}: the result is {why.info.name} and out is {target.info.name}, but the library has "
@@ -278,14 +277,6 @@ def check_alias(out: DeviceArray, ins: Sequence[Operand], op: str, exact_ok: boo
 def overlaps(a: DeviceArray, b) -> bool:
     """a and the GPU array b share memory in any way."""
     return aliasing(a, b) != SEPARATE
-
-
-def unalias_host(operands: Sequence[Operand], out) -> None:
-    """A numpy out= that shares memory with an input other than exactly: the input is copied first,
-    as numpy does, since blocks are written before later blocks are read."""
-    for o in operands:
-        if o.kind == HOST and overlaps_host(o.value, out):
-            o.value = o.value.copy()
 
 
 def overlaps_host(a: np.ndarray, out: np.ndarray) -> bool:
@@ -428,11 +419,6 @@ def plans() -> dict:
     return _plans
 
 
-def forget_plans() -> None:
-    """Drop every plan (they are made again on their next call)."""
-    _plans.clear()
-
-
 def find_plan(key, target) -> Plan | None:
     plan = _plans.get(key) if key is not None else None
     return plan if plan is not None and plan.target is target else None
@@ -462,9 +448,8 @@ def replay(plan: Plan, args: Sequence, out, stream):
         if type(out) is not DeviceArray or out.info is not plan.out_info or out.shape != plan.shape \
                 or out.readonly or out.ordinal != stream.ordinal:
             return None
-        for i in plan.arrays:
-            if aliasing(out, args[i]) == PARTIAL:
-                return None
+        if any(aliasing(out, args[i]) == PARTIAL for i in plan.arrays):
+            return None
         res = out
         out.used_on(stream)
     for i in plan.arrays:
@@ -599,23 +584,9 @@ def scalar_input(o: Operand, kd: dt.DType, stream, keep: list) -> DevIn:
     return DevIn(ptr, (), kd, v)
 
 
-def device_inputs(p: Prepared, stream, keep: list) -> list[DevIn]:
-    """Every operand of a GPU call as a DevIn: GPU arrays as they are (marked used on the stream),
-    host arrays copied up in their own dtype (converted on the GPU afterwards), scalars as
-    one-element buffers."""
-    ins = []
-    for o, want in zip(p.operands, input_dtypes(p.kernel, len(p.operands))):
-        if o.kind == SCALAR:
-            ins.append(scalar_input(o, want, stream, keep))
-        else:
-            d = on_device(o, stream, keep)
-            ins.append(DevIn(d.ptr, d.shape, d.info))
-    return ins
-
-
 # ---- running an elementwise call ------------------------------------------------------------------
 
-def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Callable,
+def run_elementwise(p: Prepared, stream, outputs: Sequence[tuple], step: Callable,
                     *, out_scale: Sequence[int] = (), in_scale: Sequence[int] = (), align: int = 1):
     """Run a prepared elementwise call, on the GPU or streamed from the host.
 
@@ -633,15 +604,22 @@ def run_elementwise(p: Prepared, out, stream, outputs: Sequence[tuple], step: Ca
                 results.append(o)
             else:
                 results.append(DeviceArray.new(tuple(shape), info, stream))
-        keep: list = []
-        ins = device_inputs(p, stream, keep)
+        keep: list = []         # GPU arrays as they are, host ones copied up in their own dtype (converted
+        ins = []                # on the GPU afterwards), scalars as one-element buffers
+        for o, want in zip(p.operands, input_dtypes(p.kernel, len(p.operands))):
+            if o.kind == SCALAR:
+                ins.append(scalar_input(o, want, stream, keep))
+            else:
+                d = on_device(o, stream, keep)
+                ins.append(DevIn(d.ptr, d.shape, d.info))
         if math.prod(p.shape):
             step(ins, [r.ptr for r in results], [tuple(r.shape) for r in results], stream)
         return results
     wants = input_dtypes(p.kernel, len(p.operands))    # None: a fused formula, which converts in registers
     results = [o if o is not None else pinned.for_result(shape, info.np) for shape, info, o in outputs]
-    for r in results:
-        unalias_host(p.operands, r)
+    for o in p.operands:       # an input sharing a numpy out='s memory is copied first, as numpy does:
+        if o.kind == HOST and any(overlaps_host(o.value, r) for r in results):     # blocks are written
+            o.value = o.value.copy()                                                # before later ones are read
     nd = len(p.shape)
     host_ops = [transfer.HostOperand(o.value, aligned_shape(o.shape, nd)) for o in p.operands if o.kind == HOST]
     keep = []

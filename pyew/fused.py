@@ -678,7 +678,7 @@ def _run_fused(tree, values: dict, text: str, out, stream, names, casting):
     def step(ins, outs, shapes, st):
         prog.launch(ins, outs[0], shapes[0], st, blob)
 
-    return call.run_elementwise(p, o, s, [(shape, prog.out, o)], step)[0]
+    return call.run_elementwise(p, s, [(shape, prog.out, o)], step)[0]
 
 
 def _python_values(values) -> list:

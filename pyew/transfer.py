@@ -493,13 +493,6 @@ def _parts(ins, outs, period: int, scales: Sequence[int]) -> list[tuple[int, int
 _downs: dict[int, _Lane] = {}      # per GPU, with _small_lock: the second stream of one-shot calls
 
 
-def _down_stream(ordinal: int) -> _Lane:
-    got = _downs.get(ordinal)
-    if got is None:
-        got = _downs[ordinal] = _Lane(None, ordinal)
-    return got
-
-
 # ---- one-way copies ------------------------------------------------------------------------------
 
 def to_device(host: np.ndarray, dptr: int, stream) -> None:
@@ -547,8 +540,9 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
             if _small_buffer(_round(nbytes)) is not None:
                 _move(*_ends(host, up), [dptr], stream.cu, _small, native=True)
                 return
-    with _engine_lock:
-        per = _spread(_ring_slot_bytes(), host.size, host.dtype.itemsize)
+    with _engine_lock:      # blocks of what a slot holds, spread over the workers, of _MIN_BLOCK_BYTES at least
+        item = host.dtype.itemsize
+        per = max(1, min(_ring_slot_bytes() // item, max(_MIN_BLOCK_BYTES // item, -(-host.size // _limits.threads))))
 
         def work(lane: _Lane, block):
             if flat is None:        # chunks() cuts C-ordered runs: the offset of the first element
@@ -564,13 +558,6 @@ def _one_way(host: np.ndarray, dptr: int, stream, up: bool) -> None:
 def _ends(view: np.ndarray, up: bool):
     """A one-way copy's view as _move's (ins, outs)."""
     return ([view], []) if up else ([], [view])
-
-
-def _spread(slot_bytes: int, n: int, itemsize: int) -> int:
-    """Elements per block of a one-way copy: what a slot holds, split over the workers, not
-    below _MIN_BLOCK_BYTES."""
-    per = max(1, slot_bytes // itemsize)
-    return max(1, min(per, max(_MIN_BLOCK_BYTES // itemsize, -(-n // _limits.threads))))
 
 
 # ---- the workers -------------------------------------------------------------------------------
@@ -690,9 +677,7 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
     arrays = [op.array for op in inputs] + list(outputs)
     scales = in_scale + out_scale
     per_elem = sum(a.dtype.itemsize / s for a, s in zip(arrays, scales))
-    small_total = sum(op.array.nbytes for op in inputs) + sum(o.nbytes for o in outputs)
-
-    if small_total <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
+    if sum(a.nbytes for a in arrays) <= _limits.small_bytes:         # one shot on the caller's stream, if it fits
         ins, outs = _views(inputs, outputs, flat, tuple(slice(0, d) for d in space), out_scale, in_scale)
         runs = None
         if not scaled and all(o.flags.c_contiguous for o in outputs):
@@ -710,42 +695,35 @@ def stream_call(inputs: Sequence[HostOperand], outputs: Sequence[np.ndarray], sh
     # them is one run: in a flat call, and in any call for a C-ordered operand of the call's shape
     # (chunks() cuts C-ordered blocks; a row-bias add's x and result)
     full = [flat or op.shape == shape for op in inputs] + [True] * len(outputs)
-    whole = [f and a.flags.c_contiguous for f, a in zip(full, arrays)]
-    direct = [w and pinned.is_pinned(a) for w, a in zip(whole, arrays)]
+    direct = [f and a.flags.c_contiguous and pinned.is_pinned(a) for f, a in zip(full, arrays)]
     with _engine_lock:
         slot = _ring_slot_bytes()
         per_host = _slot_elems(slot, arrays, scales, full, direct)
-        per_dev = _per_device(per_elem + scratch_per_elem, len(arrays))
+        # one lane's device scratch (every operand's block, each rounded up to _ALIGN) within its share
+        share = _limits.device_bytes // _limits.threads - _ALIGN * (len(arrays) + 1)
+        per_dev = max(1, int(share / max(per_elem + scratch_per_elem, 1e-9)))
         per = _block_elems(space, min(per_host, per_dev), per_elem, align)
         blocks = list(chunks(space, per))
         k = min(len(blocks), _limits.threads)
-        dev_bytes = _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale)
+        elems = [per if flat or math.prod(op.shape) == n else min(math.prod(op.shape), per) for op in inputs]
+        dev_bytes = sum(_round(-(-m // s) * a.dtype.itemsize)
+                        for m, s, a in zip(elems + [per] * len(outputs), scales, arrays))
         lanes = _ensure_lanes(k, stream.ordinal)
-        with _lane_scratch(lanes, dev_bytes) as scratch:
+        scratch = {}            # per lane, from the pool on its stream; returned also on an error
 
-            def work(lane: _Lane, block):
-                ins, outs = _views(inputs, outputs, flat, block, out_scale, in_scale)
-                ptrs = _laid_out(scratch[id(lane)], ins + outs)
-                _move(ins, outs, ptrs, lane.stream, lane.slot, here=direct, settle=lane.wait,
-                      launch=lambda p, n: kernel(_chunk(ins, outs, p, lane.raw)))
-
+        def work(lane: _Lane, block):
+            ins, outs = _views(inputs, outputs, flat, block, out_scale, in_scale)
+            ptrs = _laid_out(scratch[id(lane)], ins + outs)
+            _move(ins, outs, ptrs, lane.stream, lane.slot, here=direct, settle=lane.wait,
+                  launch=lambda p, n: kernel(_chunk(ins, outs, p, lane.raw)))
+        try:
+            for lane in lanes:
+                scratch[id(lane)] = rt.malloc(dev_bytes, lane.raw) if dev_bytes else 0
             _run_workers(blocks, work, stream, join=False)
-
-
-@contextlib.contextmanager
-def _lane_scratch(lanes, nbytes: int):
-    """Device scratch of nbytes per lane (id(lane) -> pointer), from the pool on the lane's stream,
-    returned when the block ends, also on an error."""
-    scratch = {}
-    try:
-        for lane in lanes:
-            scratch[id(lane)] = rt.malloc(nbytes, lane.raw) if nbytes else 0
-        yield scratch
-    finally:
-        for lane in lanes:
-            ptr = scratch.get(id(lane))
-            if ptr:
-                rt.free(ptr, lane.raw)
+        finally:
+            for lane in lanes:
+                if scratch.get(id(lane)):
+                    rt.free(scratch[id(lane)], lane.raw)
 
 
 def _views(inputs, outputs, flat, block, out_scale, in_scale):
@@ -808,23 +786,6 @@ def _block_elems(space: tuple[int, ...], most: int, per_elem: float, align: int)
     pieces = max(fewest, min(-(-blocks // outer), max(1, rows * unit // floor), rows))
     step = -(-rows // pieces)
     return step * unit if len(space) > 1 else -(-step // align) * align
-
-
-def _per_device(per_elem: float, operands: int) -> int:
-    """Elements per block so that one lane's device scratch (every operand's block, each rounded
-    up to _ALIGN) stays within its share of device_bytes."""
-    share = _limits.device_bytes // _limits.threads - _ALIGN * (operands + 1)
-    return max(1, int(share / max(per_elem, 1e-9)))
-
-
-def _device_bytes_per_lane(inputs, outputs, n, per, flat, out_scale, in_scale):
-    total = 0
-    for op, s in zip(inputs, in_scale):
-        elems = per if (flat or math.prod(op.shape) == n) else min(math.prod(op.shape), per)
-        total += _round(-(-elems // s) * op.array.dtype.itemsize)
-    for o, s in zip(outputs, out_scale):
-        total += _round(-(-per // s) * o.dtype.itemsize)
-    return total
 
 
 @dataclass(frozen=True)
@@ -912,12 +873,14 @@ def one_shot(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], launch
         buf = _small_buffer(staged) if staged else None     # it holds only the operands it stages
         if staged and buf is None:
             return False
+        if split and stream.ordinal not in _downs:
+            _downs[stream.ordinal] = _Lane(None, stream.ordinal)
         dbase = rt.malloc(need, stream)
         try:
             ptrs = _laid_out(dbase, views)
             _move(views[:k], views[k:], ptrs, stream.cu, buf, native=True, here=here,
                   launch=lambda p, n: launch(p[:k], p[k:], stream, n),
-                  down=_down_stream(stream.ordinal) if split else None, parts=parts, scales=scales)
+                  down=_downs[stream.ordinal] if split else None, parts=parts, scales=scales)
         finally:
             rt.free(dbase, stream, need)
     return True
@@ -946,10 +909,8 @@ def _size_class(n: int) -> int:
 _SPLIT_COPY_BYTES = 512 << 10     # libew splits host copies into parts of at least 256 KiB
 _DRIVER_COPY_BYTES = 512 << 10    # one-shot operands CUDA copies from and to pageable memory itself (docs/tuning.md)
 _SEND_STEP = 1 << 20              # a staged input goes up in copies of at least 1 MiB, 16 at most (docs/tuning.md)
-_COPY_THREADS = 8                  # more threads copied no faster on the hosts measured (docs/tuning.md)
-
-
-_copy_threads = min(_COPY_THREADS, _usable_cpus())     # never more copy threads than the CPUs it may run on
+# more than 8 copied no faster on the hosts measured (docs/tuning.md); never more than the CPUs it may use
+_copy_threads = min(8, _usable_cpus())
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -976,19 +937,18 @@ def _send(dst: np.ndarray, src: np.ndarray, dptr: int, stream_cu) -> None:
     trails the staging by a run instead of following it whole (docs/tuning.md). Every byte is
     staged before this returns or raises: the buffer may be reused then."""
     base, n = dst.ctypes.data, dst.nbytes
+    lib, step, sent = library.get(), max(_SEND_STEP, -(-n // 16)), 0
     if not _native_copy(dst, src):
         np.copyto(dst, src)
+    else:
+        try:
+            if lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
+                while sent < n:
+                    got = lib.host_copy_ready(min(n, sent + step))
+                    rt.copy_htod(dptr + sent, base + sent, got - sent, stream_cu)
+                    sent = got
+        finally:
+            if sent < n:        # stopped early (an exception, even one raised as begin returned): finish it
+                lib.host_copy_finish()
+    if sent < n:
         rt.copy_htod(dptr, base, n, stream_cu)
-        return
-    lib, step, sent = library.get(), max(_SEND_STEP, -(-n // 16)), 0
-    try:
-        if lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
-            while sent < n:
-                got = lib.host_copy_ready(min(n, sent + step))
-                rt.copy_htod(dptr + sent, base + sent, got - sent, stream_cu)
-                sent = got
-            return
-    finally:
-        if sent < n:        # stopped early (an exception, even one raised as begin returned): finish it
-            lib.host_copy_finish()
-    rt.copy_htod(dptr, base, n, stream_cu)

@@ -60,7 +60,7 @@ class MapOp:
         def step(ins, outs, shapes, st):
             call.launch_elementwise(kernel, pvals, ins, outs[0], shapes[0], st)
 
-        return call.run_elementwise(p, o, s, [(p.shape, out_info, o)], step)[0]
+        return call.run_elementwise(p, s, [(p.shape, out_info, o)], step)[0]
 
     def _plan(self, p: call.Prepared, pvals: tuple) -> call.Plan | None:
         """The plan of a classified GPU call whose arrays are already in the dtypes its kernel

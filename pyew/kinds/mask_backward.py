@@ -43,7 +43,7 @@ class MaskBackwardOp:
         def step(ins, outs, shapes, st):
             library.launch(entry, (outs[0], ins[0].ptr, ins[1].ptr, math.prod(shapes[0])), st)
 
-        return call.run_elementwise(p, o, s, [(shape, dyo.info, o)], step, in_scale=(1, 32), align=32)[0]
+        return call.run_elementwise(p, s, [(shape, dyo.info, o)], step, in_scale=(1, 32), align=32)[0]
 
 
 @binder("mask_backward")

@@ -70,7 +70,7 @@ class ReluMaskOp:
         def step(ins, outs, shapes, st):
             call.launch_elementwise(kernel, (), ins, outs[0], shapes[0], st, extra_out=(outs[1],))
 
-        y, mask = call.run_elementwise(p, None, s, [(p.shape, info, y_out), ((mask_words(n),), MASK, m_out)],
+        y, mask = call.run_elementwise(p, s, [(p.shape, info, y_out), ((mask_words(n),), MASK, m_out)],
                                        step, out_scale=(1, 32), align=32)
         return y, mask
 
