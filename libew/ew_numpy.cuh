@@ -353,6 +353,22 @@ EW_NP_FLOAT32_VIA(arctanh, arctanh_in_float, atanh)
 EW_NP_FLOAT32_VIA(arccosh, arccosh_in_float, acosh)
 #undef EW_NP_FLOAT32_VIA
 
+// arctan and cbrt at float64 through C's double function out of line, at every other type through
+// C's function inline. Inlined, the four copies of double atan in a map kernel's trip made ptxas
+// spill registers, and cbrt's stayed short of the copy ceiling; out of line, both reach it. The
+// other double functions (asin, acos, asinh, log1p, sinh, atanh, acosh) ran slower out of line
+// (docs/tuning.md).
+#define EW_NP_FLOAT64_OUT_OF_LINE(name, fn)                                                         \
+  inline __device__ __noinline__ double fn##_out_of_line(double x) { return ::fn(x); }              \
+  template <typename R = void, typename C>                                                          \
+  __device__ __forceinline__ C name(C x) {                                                          \
+    if constexpr (std::is_same_v<C, double>) return fn##_out_of_line(x);                            \
+    else return ::fn(x);                                                                            \
+  }
+EW_NP_FLOAT64_OUT_OF_LINE(arctan, atan)
+EW_NP_FLOAT64_OUT_OF_LINE(cbrt, cbrt)
+#undef EW_NP_FLOAT64_OUT_OF_LINE
+
 template <typename R = void, typename C>
 __device__ __forceinline__ C arctan2(C y, C x) {
   if constexpr (via_double_v<R, C>) return arctan2_via_series(y, x);
