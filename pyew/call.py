@@ -604,8 +604,10 @@ def run_elementwise(p: Prepared, stream, outputs: Sequence[tuple], step: Callabl
                 results.append(o)
             else:
                 results.append(DeviceArray.new(tuple(shape), info, stream))
-        keep: list = []         # GPU arrays as they are, host ones copied up in their own dtype (converted
-        ins = []                # on the GPU afterwards), scalars as one-element buffers
+        # GPU arrays as they are, host ones copied up in their own dtype (converted on the GPU
+        # afterwards), scalars as one-element buffers; `keep` holds what must outlive the launch
+        keep: list = []
+        ins = []
         for o, want in zip(p.operands, input_dtypes(p.kernel, len(p.operands))):
             if o.kind == SCALAR:
                 ins.append(scalar_input(o, want, stream, keep))
@@ -617,9 +619,11 @@ def run_elementwise(p: Prepared, stream, outputs: Sequence[tuple], step: Callabl
         return results
     wants = input_dtypes(p.kernel, len(p.operands))    # None: a fused formula, which converts in registers
     results = [o if o is not None else pinned.for_result(shape, info.np) for shape, info, o in outputs]
-    for o in p.operands:       # an input sharing a numpy out='s memory is copied first, as numpy does:
-        if o.kind == HOST and any(overlaps_host(o.value, r) for r in results):     # blocks are written
-            o.value = o.value.copy()                                                # before later ones are read
+    # an input sharing a numpy out='s memory is copied first, as numpy does: blocks are written
+    # before later blocks are read
+    for o in p.operands:
+        if o.kind == HOST and any(overlaps_host(o.value, r) for r in results):
+            o.value = o.value.copy()
     nd = len(p.shape)
     host_ops = [transfer.HostOperand(o.value, aligned_shape(o.shape, nd)) for o in p.operands if o.kind == HOST]
     keep = []

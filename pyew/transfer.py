@@ -950,5 +950,5 @@ def _send(dst: np.ndarray, src: np.ndarray, dptr: int, stream_cu) -> None:
         finally:
             if sent < n:        # stopped early (an exception, even one raised as begin returned): finish it
                 lib.host_copy_finish()
-    if sent < n:
+    if sent < n:            # staged by numpy, or by libew alone (begin returned 0): one copy up
         rt.copy_htod(dptr, base, n, stream_cu)
