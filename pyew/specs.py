@@ -321,7 +321,7 @@ def _install(shown: str, user: Path, digest: str, headers: dict, entries: dict, 
                 _functions[name] = fn = _function(_ops[name][0])       # an earlier one calls this one
                 _made.add(fn)
             _version += 1                   # formulas' programs are kept per version
-            call.plans().clear()             # and no plan runs a kernel of an op's earlier definition
+            call.plans().clear()            # and no plan runs a kernel of an op's earlier definition
         fns = {name: _functions[name] for name in headers}
     return SpecOps(shown, fns)
 

@@ -936,11 +936,11 @@ def _send(dst: np.ndarray, src: np.ndarray, dptr: int, stream_cu) -> None:
     order from its start while this thread queues each run they have finished, so the copy up
     trails the staging by a run instead of following it whole (docs/tuning.md). Every byte is
     staged before this returns or raises: the buffer may be reused then."""
-    base, n = dst.ctypes.data, dst.nbytes
-    lib, step, sent = library.get(), max(_SEND_STEP, -(-n // 16)), 0
+    base, n, sent = dst.ctypes.data, dst.nbytes, 0
     if not _native_copy(dst, src):
         np.copyto(dst, src)
     else:
+        lib, step = library.get(), max(_SEND_STEP, -(-n // 16))
         try:
             if lib.host_copy_begin(base, src.ctypes.data, n, min(_limits.threads, _copy_threads), 1):
                 while sent < n:

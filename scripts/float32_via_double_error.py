@@ -97,9 +97,6 @@ def arctan2_via_series(y32, x32, coef):
     return np.where(special, np.arctan2(y32.astype(np.float64), x32.astype(np.float64)), a).astype(np.float32)
 
 
-PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
-
-
 def ulps(got32, ref64):
     """|got - ref| in ulps of the correctly rounded float32 result."""
     sp = np.spacing(np.abs(ref64.astype(np.float32))).astype(np.float64)
