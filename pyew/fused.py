@@ -272,6 +272,14 @@ class Program:
             if "to_float64" not in vocabulary() or not (c == 0.5 or (float(c).is_integer() and 1 <= abs(c) <= 4)):
                 return None
             base, base_info = Call("to_float64", (base,)), dt.BY_NAME["float64"]
+        elif isinstance(c, float):
+            # as numpy's power: bfloat16 ** 0.5 is float32 (ml_dtypes' rule), float16 ** 0.5 float16
+            wide = dt.lookup(result_dtype([Operand("x", DEVICE, None, base_info, ()),
+                                           Operand("c", SCALAR, c, None, ())], "power"))
+            if wide is not base_info:
+                if f"to_{wide.name}" not in vocabulary():
+                    return None
+                base, base_info = Call(f"to_{wide.name}", (base,)), wide
         if base_info.kind == "int":
             if c < 0:
                 raise FormulaError(f"in formula {self.text!r}: {formula.text(base)} is an integer array, and "
@@ -385,8 +393,13 @@ class Program:
         args = []
         for at, (name, (info, expr)) in enumerate(zip(op.inputs, kids)):
             want = fixed.get(name, kd)
-            if at == 1 and isinstance(expr, tuple) and want.kind == "int" and numpy_name(op) == "power":
-                self.int_exponents.append(expr[1])      # numpy refuses a negative one: checked per call
+            if at == 1 and want.kind == "int" and numpy_name(op) == "power":
+                if isinstance(expr, tuple):
+                    self.int_exponents.append(expr[1])      # numpy refuses a negative one: checked per call
+                elif isinstance(n.args[1], Const) and n.args[1].value < 0:
+                    raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} takes an integer to a negative "
+                                       "integer power, which numpy does not allow; write the exponent as a float "
+                                       f"({float(n.args[1].value)!r}) for a float result")
             args.append(self._as(info, inf.get(name, expr), want, n.op, name))
         for p in op.params:
             v = given.get(p.name, p.default)
@@ -870,7 +883,11 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
         raise ValueError(f"evaluate: casting must be one of {', '.join(map(repr, _CASTINGS))}, not {casting!r}")
     tree, names = parse(expr)
     values = lookup_names(expr, names, local_dict, global_dict, sys._getframe(1))
-    return run(tree, values, expr.strip(), out=out, stream=stream, names=names, casting=casting)
+    try:
+        return run(tree, values, expr.strip(), out=out, stream=stream, names=names, casting=casting)
+    except RecursionError:
+        raise FormulaError(f"formula nests too deeply to compile ({len(expr)} characters, {len(names)} names); "
+                           "split it into smaller formulas") from None
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")

@@ -88,7 +88,10 @@ def _info(npd, op: str, name: str) -> dt.DType:
 
 @functools.lru_cache(maxsize=1024)
 def _promote_key(key) -> np.dtype:
-    samples = [np.zeros(1, k) if isinstance(k, np.dtype) else k(0) for k in key]
+    # arrays and numpy scalars first, then Python numbers: NEP 50 resolves the strong dtypes among
+    # themselves, and a weak number only adjusts the result (bool, 0 and float32 give float32)
+    samples = sorted((np.zeros(1, k) if isinstance(k, np.dtype) else k(0) for k in key),
+                     key=lambda s: not isinstance(s, np.ndarray))
     acc = samples[0]
     for s in samples[1:]:
         acc = np.add(acc, s)
@@ -201,11 +204,13 @@ def past_int64(op, operands: list[Operand]) -> list[Operand]:
     element is less than 2**70), so the int stands as an infinity of its sign and the comparison
     runs in float64, where every element is finite and the answers are exact. (Such a call
     converts its arrays first, so it makes no plan that later calls would replay.) Bool arrays
-    take numpy's OverflowError, as numpy gives them one."""
+    take numpy's OverflowError, as numpy gives them one, and so do Python ints alone (two past
+    int64 would both stand as one infinity)."""
     if numpy_name(op) not in COMPARISONS:
         return operands
     past = [_int_outside(o, *INT64) for o in operands]
-    if not any(past) or any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
+    if not any(past) or all(o.kind == SCALAR for o in operands) or \
+            any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
         return operands
     return [Operand(o.name, SCALAR, math.inf if o.value > 0 else -math.inf, None, ()) if p else o
             for o, p in zip(operands, past)]

@@ -85,6 +85,15 @@ def test_deep_traces_are_a_formula_error(fakes):
     np.testing.assert_allclose(horner(d).get(), horner.__wrapped__(np.ones(4, np.float32)), rtol=1e-6)
 
 
+def test_long_formulas_are_a_formula_error(fakes):
+    """A formula that parses but nests past Python's recursion while it is typed: evaluate says
+    to split it, and a shorter one runs."""
+    d = pyew.asarray(np.ones(4, np.float32))
+    with pytest.raises(pyew.FormulaError, match="nests too deeply to compile.*split it"):
+        pyew.evaluate(" + ".join(["x"] * 600), local_dict={"x": d})
+    np.testing.assert_array_equal(pyew.evaluate(" + ".join(["x"] * 60), local_dict={"x": d}).get(), 60)
+
+
 def needs(vocab, *ops):
     missing = [o for o in ops if o not in vocab]
     if missing:
@@ -208,6 +217,9 @@ def test_numpy_scalars_are_typed(vocab, fakes):
 @pytest.mark.parametrize("expr, kinds, want", [
     ("i ** 2", dict(i="int32"), "int32"), ("i ** 2.0", dict(i="int32"), "float64"),
     ("x ** 2", dict(x="float16"), "float16"), ("x ** -2", dict(x="float32"), "float32"),
+    ("x ** 0.5", dict(x="float16"), "float16"), ("x ** 0.5", dict(x="bfloat16"), "float32"),
+    ("x ** 2.0", dict(x="bfloat16"), "float32"), ("x ** 2", dict(x="bfloat16"), "bfloat16"),
+    ("b ** 3", dict(b="bool"), "int64"),
 ])
 def test_powers_type_as_numpy(vocab, expr, kinds, want):
     needs(vocab, "power", "multiply", "reciprocal")
@@ -223,6 +235,15 @@ def test_integer_to_a_negative_integer_power_is_numpys_error(vocab):
     needs(vocab, "power")
     with pytest.raises(pyew.FormulaError, match="negative integer powers"):
         typed("i ** -1", i="int32")
+    # the same in every spelling: a function, a bool base, a numpy integer of pyew.fuse
+    for expr, kinds in (("pow(i, -1)", dict(i="int32")), ("power(i, -2)", dict(i="int64")),
+                        ("b ** -1", dict(b="bool")), ("(i > j) ** -1", dict(i="int32", j="int32"))):
+        with pytest.raises(pyew.FormulaError, match="negative integer power"):
+            typed(expr, **kinds)
+    tree = formula.Call("power", (formula.Var("i"), formula.Const(-1, "int32")), operator=True)
+    with pytest.raises(pyew.FormulaError, match="negative integer power"):
+        fused.Program(tree, (fused.Arg("i", True, dt.BY_NAME["int32"]),), "i ** np.int32(-1)")
+    assert typed("i ** 2.0", i="int32").out.name == "float64"
 
 
 def test_too_many_arrays_is_a_formula_error(vocab):
@@ -973,3 +994,16 @@ def test_a_cached_formula_launches_from_its_plan_as_the_general_launch_does(fake
         for c, o in zip(calls, out):
             assert c[4] == o.ptr and c[5] == [x.ptr, b.ptr]
             assert c[:4] + c[6:] == calls[0][:4] + calls[0][6:]
+
+
+@pytest.mark.parametrize("kinds, want", [
+    (dict(b="bool", y="float32"), "float32"), (dict(b="bool", y="int32"), "int32"),
+    (dict(b="bool", y="float16"), "float16"), (dict(b="int32", y="int32"), "int32"),
+])
+def test_three_operands_promote_as_numpy(vocab, kinds, want):
+    """Arrays promote among themselves before a Python number adjusts the result: clip(b, 0, y)
+    with b bool and y float32 is float32 in numpy, not bool + 0 (int64) then float32 (float64)."""
+    needs(vocab, "clip")
+    sample = {k: np.ones(2, dt.BY_NAME[v].np) for k, v in kinds.items()}
+    assert np.clip(sample["b"], 0, sample["y"]).dtype.name == want
+    assert typed("clip(b, 0, y)", **kinds).out.name == want
