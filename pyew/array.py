@@ -517,7 +517,7 @@ class DeviceArray:
         with rt.on(ordinal):
             if copy:
                 s = rt.resolve_stream(None)
-                src = self.copy(s)
+                src = self.copy(stream=s)
                 if stream == -1:        # the consumer synchronizes itself, and cannot with a copy it did not ask for
                     rt.stream_synchronize(s.cu)
             else:
@@ -611,7 +611,7 @@ class DeviceArray:
                 if value.ordinal != target.ordinal:
                     value = value.to_device(target.ordinal)
                 elif aliasing(target, value) != SEPARATE:       # d[1:] = d[:-1]: as numpy, a memmove
-                    value = value.copy(s)
+                    value = value.copy(stream=s)
                 if value.shape != target.shape:                 # d[:] = d[0]: broadcast on the GPU
                     if value.info is not target.info:
                         value = cast(value, target.info, s)
@@ -677,8 +677,12 @@ class DeviceArray:
     def _flat_order(self, order: str) -> str:
         return "C" if order == "K" or (order == "F" and self.ndim <= 1) else order
 
-    def copy(self, stream=None) -> "DeviceArray":
-        """A copy on the same GPU, after the work queued on this array (as get() is)."""
+    def copy(self, order: str = "C", *, stream=None) -> "DeviceArray":
+        """A copy on the same GPU, after the work queued on this array (as get() is). order: the
+        copy is C-ordered ('C', 'A', 'K'; 'F' only for one dimension), as numpy's copy orders."""
+        if order not in ("C", "A") and self._flat_order(order) != "C":
+            raise ValueError(f"copy: pyew's arrays are C-ordered; order={order!r} is not supported for "
+                             f"{self.ndim} dimensions")
         with rt.on(self.buffer.stream.ordinal):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
@@ -699,7 +703,7 @@ class DeviceArray:
             raise TypeError(f"Cannot cast array data from {self.dtype!r} to {info.np!r} according to the rule "
                             f"{casting!r}")
         if info is self.info:
-            return self.copy(stream) if copy else self
+            return self.copy(stream=stream) if copy else self
         with rt.on(self.buffer.stream.ordinal):
             return cast(self, info, stream)
 

@@ -174,7 +174,7 @@ def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
     without a copy (copy=True makes one), on the GPU the array is on. The producer orders its
     pending work on the array before the current pyew stream of that GPU (or `stream`)."""
     if isinstance(obj, DeviceArray):
-        return obj.copy(stream) if copy else obj
+        return obj.copy(stream=stream) if copy else obj
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__/__dlpack_device__")
     kind, index = obj.__dlpack_device__()
@@ -184,7 +184,7 @@ def from_dlpack(obj, *, copy: bool | None = None, stream=None) -> DeviceArray:
     with rt.on(int(index)):
         s = rt.resolve_stream(stream)
         d = _from_dlpack(obj, s, "from_dlpack", "x")
-        return d.copy(s) if copy else keep_view(d)
+        return d.copy(stream=s) if copy else keep_view(d)
 
 
 def asarray(obj, dtype=None, stream=None, device=None) -> DeviceArray:

@@ -324,8 +324,10 @@ def broadcast_into(target, value, stream) -> None:
 
 # ---- numpy's ufuncs on DeviceArrays (NEP 13) ----------------------------------------------------------
 
-# keywords a ufunc call may pass at their default value (each changes nothing then)
-_DEFAULTS = {"where": True, "casting": "same_kind", "order": "K", "dtype": None, "subok": True, "signature": None}
+# keywords a ufunc call may pass at values that change nothing here: pyew's results are C-ordered
+# DeviceArrays, never a subclass (dtype= is taken where it is the result's own: below)
+_NO_CHANGE = {"where": (True,), "casting": ("same_kind",), "order": ("K", "C"), "subok": (True, False),
+              "signature": (None,), "dtype": (None,)}
 
 
 def _known(ufunc: np.ufunc) -> bool:
@@ -364,8 +366,9 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
                         f"(np.{name}(...) itself runs on the GPU); copy to the host with .get() for numpy's "
                         f"{name}.{method}")
     for k, v in kwargs.items():
-        default = _DEFAULTS.get(k, ...)
-        if default is ... or not (v is default or (isinstance(v, (str, bool, np.bool_)) and v == default)):
+        if k == "dtype" and v is not None and _numpys_own_result(ufunc, operands, v):
+            continue
+        if not any(v is ok or (isinstance(v, (str, bool, np.bool_)) and v == ok) for ok in _NO_CHANGE.get(k, ())):
             raise TypeError(f"np.{name}(..., {k}={v!r}) is not supported on DeviceArrays: pyew's ops take out= only "
                             "(convert dtypes with .astype())")
     if ufunc.nout != 1:
@@ -383,6 +386,23 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
     if o is None:
         return fn(*inputs)
     return into(fn, inputs, o)
+
+
+def _numpys_own_result(ufunc: np.ufunc, operands: tuple, dtype) -> bool:
+    """Whether dtype= names the dtype numpy's ufunc gives these operands anyway (so it changes
+    nothing): np.add(d, 1, dtype=np.float32) for a float32 d."""
+    kinds = []
+    for x in operands:
+        if type(x) in (bool, int, float):
+            kinds.append(type(x))                    # weak, as NEP 50 has Python numbers
+        elif isinstance(x, (DeviceArray, np.ndarray, np.generic)):
+            kinds.append(x.dtype)
+        else:
+            return False
+    try:
+        return ufunc.resolve_dtypes((*kinds, None))[-1] == np.dtype(dtype)
+    except (TypeError, ValueError):
+        return False
 
 
 array.use_ufuncs(sys.modules[__name__])

@@ -185,7 +185,8 @@ def test_ufunc_methods_are_refused_by_name(call, method):
 
 @pytest.mark.parametrize("kw,shown", [({"where": np.ones(3, bool)}, "where="), ({"dtype": np.float64}, "dtype="),
                                       ({"casting": "unsafe"}, "casting='unsafe'"), ({"order": "F"}, "order='F'"),
-                                      ({"subok": False}, "subok=False"), ({"signature": "ff->f"}, "signature=")])
+                                      ({"order": "A"}, "order='A'"), ({"signature": "ff->f"}, "signature="),
+                                      ({"dtype": "int32"}, "dtype=")])
 def test_ufunc_keywords_other_than_out_are_refused_by_name(kw, shown):
     with pytest.raises(TypeError, match=rf"np\.add\(\.\.\., {shown}.*not supported on DeviceArrays"):
         np.add(_bare(), 1.0, **kw)
@@ -391,6 +392,9 @@ def test_array_ufunc_calls(lib, rng):
     with pytest.raises(TypeError, match="out must be a GPU array"):
         np.add(d, 1.0, out=np.empty((4, 6), np.float32))       # no silent copy back to the host
     _same(np.add(d, 1.0, where=True, casting="same_kind", order="K", dtype=None, subok=True), a + t + 1)
+    # keywords at values that change nothing: dtype= the result's own, order 'C', subok=False
+    _same(np.add(d, 1, dtype=np.float32, order="C", subok=False), a + t + 1)
+    _same(np.exp(d, dtype="float32"), np.exp(a + t))
 
 
 @needs_lib
@@ -727,6 +731,8 @@ def test_comparing_ints_with_a_python_int_they_cannot_hold(lib):
     np.testing.assert_array_equal((g > 2 ** 62).get(), big > 2 ** 62)    # in range: exact, not float64
     with pytest.raises(OverflowError):
         pyew.add(d, 2 ** 40)                        # arithmetic refuses it, as numpy does
+    with pytest.raises(OverflowError, match="out of bounds"):
+        pyew.equal(2 ** 63, 2 ** 64)                # two would both stand as one infinity: refused
 
 
 def test_indexing_refuses_bools_and_ufunc_at_is_named():
@@ -773,6 +779,12 @@ def test_astype_takes_numpys_arguments(lib):
     np.testing.assert_array_equal(d.flatten("A").get(), np.arange(6))
     with pytest.raises(ValueError, match="order='F' is not supported"):
         d.flatten("F")
+    # copy takes numpy's order (a stream only by keyword)
+    for c in (d.copy("C"), d.copy(order="K"), d[0].copy("F"), d.copy(stream=None)):
+        assert c.ptr != d.ptr
+    np.testing.assert_array_equal(d.copy("A").get(), np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match="order='F' is not supported"):
+        d.copy("F")
 
 
 @needs_lib

@@ -48,7 +48,7 @@ class ScatterAddOp:
         if device:      # index or src over dst's memory: read as they were, as np.add.at reads them
             for o in (io, so):
                 if o.kind == DEVICE and call.overlaps(do.value, o.value):
-                    o.value = o.value.copy(s)
+                    o.value = o.value.copy(stream=s)
         if io.kind == HOST:     # checked on the host: no GPU work before the error
             idx = io.value
             bad = np.flatnonzero((idx < -length) | (idx >= length))
