@@ -228,6 +228,14 @@ def test_nan_and_signed_zeros(dtype):
     c = pyew.clip(pyew.asarray(x), np.asarray(-1.0, x.dtype), y).get()
     np.testing.assert_array_equal(np.isnan(c.astype(np.float64)), np.isnan(np.clip(x.astype(np.float64), -1.0,
                                                                                     y.astype(np.float64))))
+    # where x equals a bound, clip gives the bound, as numpy's loop for array bounds does (its loop
+    # for scalar bounds keeps x: clip(-0.0, 0.0, 1.0) is -0.0 there)
+    cx, clo, chi = (np.array(v, np.float64).astype(x.dtype) for v in
+                    ([-0.0, 0.0, 0.0, -0.0, 2.0], [0.0, -0.0, -1.0, -1.0, 1.0], [1.0, 1.0, -0.0, 0.0, 0.0]))
+    got = pyew.clip(*(pyew.asarray(v) for v in (cx, clo, chi))).get().astype(np.float64)
+    want = np.clip(*(v.astype(np.float64) for v in (cx, clo, chi)))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_where_takes_any_condition_and_broadcasts(rng):
