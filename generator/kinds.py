@@ -15,7 +15,7 @@ from typing import Callable
 from .abi import LAUNCH, param_kind, symbol
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
-ALL = FLOATS + ("int32", "int64", "bool")
+ALL = FLOATS + ("int32", "int64", "bool", "int8", "uint8", "int16", "uint16")
 
 
 @dataclass(frozen=True)

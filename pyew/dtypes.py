@@ -44,6 +44,13 @@ TABLE: tuple[DType, ...] = (
     # The word type of relu_mask's packed bitmask, so masks are ordinary arrays (asarray, get,
     # out=). It is in no group and in no op kind's dtype list: no kernel is built for it.
     DType("uint32", "u32", "uint32_t", "uint32_t", None, 4, "int"),
+    # Storage dtypes of data as it comes (images, audio): arrays of them go in and out, and the
+    # casts convert from them on the GPU, so an op takes them in the smallest kernel they cast to
+    # safely (uint8 + uint8 runs in int32, sigmoid of uint8 in float16). No group holds them.
+    DType("int8", "i8", "int8_t", "int32_t", None, 1, "int"),
+    DType("uint8", "u8", "uint8_t", "int32_t", None, 1, "int"),
+    DType("int16", "i16", "int16_t", "int32_t", None, 2, "int"),
+    DType("uint16", "u16", "uint16_t", "int32_t", None, 2, "int"),
 )
 
 BY_NAME: dict[str, DType] = {d.name: d for d in TABLE}

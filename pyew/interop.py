@@ -296,9 +296,11 @@ def device_index(obj) -> int | None:
 
 def _torch_reader(torch):
     names = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-             "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
-    if hasattr(torch, "uint32"):
-        names["uint32"] = torch.uint32
+             "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+             "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
+    for n in ("uint16", "uint32"):          # torch 2.3 on
+        if hasattr(torch, n):
+            names[n] = getattr(torch, n)
     by_dtype = {tdt: dt.BY_NAME[n] for n, tdt in names.items()}
     raw_stream = torch._C._cuda_getCurrentRawStream
 

@@ -488,6 +488,47 @@ def test_bool_inputs_run_numpys_loops():
             b - c
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+def test_storage_dtypes_run_in_the_kernel_they_cast_to(dtype, rng):
+    """Arrays of the storage dtypes (images, audio) go in and out as they are, and
+    every op takes them through the library's casts on the GPU: arithmetic in the smallest int
+    kernel that holds them (exact, where numpy's wraps), functions in the smallest float one; from
+    numpy, as DeviceArrays (misaligned views and tails among them), torch tensors and in formulas."""
+    info = dt.BY_NAME[dtype]
+    lim = np.iinfo(info.np)
+    n = 4099
+    h = rng.integers(lim.min, int(lim.max) + 1, n, dtype=info.np)
+    h[:4] = [lim.min, lim.max, 0, 1]
+    k = rng.integers(lim.min, int(lim.max) + 1, n, dtype=info.np)
+    d = pyew.asarray(h)
+    assert d.dtype == info.np
+    np.testing.assert_array_equal(d.get(), h)
+    wide = np.int32
+    for got in (pyew.add(h, k), pyew.add(d, pyew.asarray(k)), d + k, pyew.add(d[1:], pyew.asarray(k)[1:])):
+        want = h.astype(np.int64) + k.astype(np.int64)
+        assert got.dtype == wide
+        got = got.get() if isinstance(got, DeviceArray) else got
+        np.testing.assert_array_equal(got, want[-got.size:])
+    f = np.dtype(np.float16 if info.itemsize == 1 else np.float32)
+    out = poison(pyew.empty(n, f.name))
+    assert pyew.sigmoid(d, out=out) is out
+    with np.errstate(all="ignore"):
+        want = (1 / (1 + np.exp(-h.astype(np.float64)))).astype(f)
+        root = np.sqrt(h)
+    np.testing.assert_allclose(out.get().astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=1e-7)
+    np.testing.assert_array_equal(np.sqrt(d).get(), root)
+    np.testing.assert_array_equal(pyew.to_bool(d).get(), h != 0)
+    np.testing.assert_array_equal(d.astype("float32").get(), h.astype(np.float32))
+    np.testing.assert_array_equal(pyew.where(d, 1.0, 0.0).get(), np.where(h, 1.0, 0.0))
+    x = pyew.evaluate("x / 255.0 + y", local_dict={"x": d, "y": 1})
+    np.testing.assert_allclose(x.get(), h / 255.0 + 1, rtol=1e-15)
+    torch = pytest.importorskip("torch")
+    if dtype != "uint16":           # torch's uint16 has few kernels
+        t = torch.from_dlpack(d)
+        assert t.dtype == getattr(torch, dtype)
+        np.testing.assert_array_equal(pyew.add(t, t).get(), h.astype(np.int64) * 2)
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
 def test_comparisons_with_python_ints_out_of_range(dtype, rng):
     """numpy 2 compares integer arrays with any Python int: past the dtype in int64, past int64

@@ -478,6 +478,20 @@ def test_where_converts_its_condition_and_promotes_only_the_values(fakes, rng):
 
 
 @needs_lib
+def test_storage_dtypes_take_the_kernel_they_cast_to(fakes, rng):
+    """int8, uint8, int16 and uint16 run in the smallest kernel they cast to safely, as numpy picks
+    a loop: arithmetic in int32 (exact where numpy's uint8 wraps), functions in float16 or float32."""
+    u = np.array([0, 1, 200, 255], np.uint8)
+    got = pyew.add(u, u)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, u.astype(np.int32) * 2)
+    assert pyew.sigmoid(u).dtype == np.float16 and pyew.sigmoid(u.astype(np.int16)).dtype == np.float32
+    assert pyew.mul(pyew.asarray(u), np.float32(2)).dtype == np.float32        # numpy's rule
+    assert (pyew.asarray(u) * 0.5).dtype == np.float64
+    np.testing.assert_array_equal(pyew.where(u, 1, 0), np.where(u, 1, 0))
+
+
+@needs_lib
 def test_where_refuses_a_condition_it_cannot_convert(fakes, rng):
     mask = np.arange(10, dtype=np.uint32)          # relu_mask's word type: no to_bool kernel
     x = np.ones(10, np.float32)

@@ -144,7 +144,7 @@ def test_bool_through_the_cuda_array_interface_and_dlpack(fake):
     assert d.dtype == np.bool_ and d.info is dt.BY_NAME["bool"] and d.shape == (4,)
     assert dlpack.dtype_code(dt.BY_NAME["bool"]) == (dlpack.KDL_BOOL, 8) == (6, 8)
     assert dlpack.dtype_of(6, 8, 1) is dt.BY_NAME["bool"]
-    assert dlpack.dtype_of(dlpack.KDL_UINT, 8, 1) is None          # uint8 is not bool
+    assert dlpack.dtype_of(dlpack.KDL_UINT, 8, 1) is dt.BY_NAME["uint8"]      # uint8 is not bool
     t = FakeTensor(buf.ctypes.data, (2, 2), dt.BY_NAME["bool"])
     d = interop.import_device(t, _S(), "op", "x")
     assert d.info is dt.BY_NAME["bool"] and d.shape == (2, 2)

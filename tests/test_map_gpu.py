@@ -110,7 +110,8 @@ def _special(info):
         return np.array([False, True])
     if info.kind == "int":
         lim = np.iinfo(info.np)
-        return np.array([0, 1, -1, 2, -2, 3, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
+        signed = [-1, -2] if lim.min < 0 else []           # the unsigned storage dtypes have none
+        return np.array([0, 1, *signed, 2, 3, lim.max, lim.min, lim.max - 1, lim.min + 1], dtype=info.np)
     vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 4.05, -4.05, 11.0, -11.0, 20.0, -20.0, 65504.0,
             -65504.0, 1e-3, -1e-3, 3.0, -3.0, 0.5, -0.5, 100.0, -100.0, 1e30, -1e30, 1e-40, -1e-45]
     if info.name == "float64":          # its own subnormals and the edge of its range

@@ -313,8 +313,10 @@ def random_host(rng: np.random.Generator, dtype: str, count: int) -> np.ndarray:
     sign = rng.integers(0, 2, size=count, dtype=np.int8) * 2 - 1
     if info.kind == "bool":
         return sign > 0
-    if info.kind == "int":
-        return (rng.integers(1, 1000, size=count, dtype=np.int64) * sign).astype(info.np)
+    if info.kind == "int":          # nonzero and within the dtype (the storage dtypes are narrow)
+        lim = np.iinfo(info.np)
+        v = rng.integers(1, min(1000, int(lim.max)), size=count, dtype=np.int64)
+        return (v * sign if lim.min < 0 else v).astype(info.np)
     work = np.float64 if info.name == "float64" else np.float32
     return ((rng.random(count, dtype=work) * work(3.9) + work(0.1)) * sign).astype(info.np)
 
