@@ -680,6 +680,10 @@ class DeviceArray:
     def copy(self, order: str = "C", *, stream=None) -> "DeviceArray":
         """A copy on the same GPU, after the work queued on this array (as get() is). order: the
         copy is C-ordered ('C', 'A', 'K'; 'F' only for one dimension), as numpy's copy orders."""
+        if not isinstance(order, str):
+            raise TypeError(f"copy: order is 'C', 'A', 'K' or 'F', not {type(order).__name__} (a stream goes by "
+                            "keyword: copy(stream=s))")
+        order = order.upper()
         if order not in ("C", "A") and self._flat_order(order) != "C":
             raise ValueError(f"copy: pyew's arrays are C-ordered; order={order!r} is not supported for "
                              f"{self.ndim} dimensions")

@@ -129,6 +129,14 @@ def evaluate(expr: str, local_dict: dict | None = None, global_dict: dict | None
     arrays = {k: (v if _is_scalar(v) else da.asarray(v)) for k, v in values.items()}
     if all(_is_scalar(v) for v in arrays.values()):
         raise TypeError("pyew.dask.evaluate: give at least one array")
+    try:
+        return _evaluate(tree, arrays, expr)
+    except RecursionError:
+        raise FormulaError(f"pyew.dask.evaluate: formula nests too deeply to compile ({len(expr)} characters); "
+                           "split it into smaller formulas") from None
+
+
+def _evaluate(tree, arrays: dict, expr: str):
     keys = list(arrays)
     nodes, leaves = _operands([arrays[k] for k in keys],
                               lambda nodes: formula.substitute(tree, dict(zip(keys, nodes))))

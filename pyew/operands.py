@@ -88,10 +88,16 @@ def _info(npd, op: str, name: str) -> dt.DType:
 
 @functools.lru_cache(maxsize=1024)
 def _promote_key(key) -> np.dtype:
-    # arrays and numpy scalars first, then Python numbers: NEP 50 resolves the strong dtypes among
-    # themselves, and a weak number only adjusts the result (bool, 0 and float32 give float32)
-    samples = sorted((np.zeros(1, k) if isinstance(k, np.dtype) else k(0) for k in key),
-                     key=lambda s: not isinstance(s, np.ndarray))
+    # the arrays' and numpy scalars' dtypes first, together (numpy's n-ary rule: int8, uint8 and
+    # float16 give float16, where pairs would give float32), then Python numbers, which NEP 50 lets
+    # only adjust the result (bool, 0 and float32 give float32); bfloat16 pairs as ml_dtypes has it
+    strong = [k for k in key if isinstance(k, np.dtype)]
+    weak = [k(0) for k in key if not isinstance(k, np.dtype)]
+    if strong and all(k.kind in "biuf" for k in strong):
+        samples = [np.zeros(1, np.result_type(*strong))]
+    else:
+        samples = [np.zeros(1, k) for k in strong]
+    samples += weak
     acc = samples[0]
     for s in samples[1:]:
         acc = np.add(acc, s)
@@ -204,13 +210,12 @@ def past_int64(op, operands: list[Operand]) -> list[Operand]:
     element is less than 2**70), so the int stands as an infinity of its sign and the comparison
     runs in float64, where every element is finite and the answers are exact. (Such a call
     converts its arrays first, so it makes no plan that later calls would replay.) Bool arrays
-    take numpy's OverflowError, as numpy gives them one, and so do Python ints alone (two past
-    int64 would both stand as one infinity)."""
+    take numpy's OverflowError, as numpy gives them one. Two such ints would both stand as one
+    infinity: refused (numpy answers them; Python's own comparison does)."""
     if numpy_name(op) not in COMPARISONS:
         return operands
     past = [_int_outside(o, *INT64) for o in operands]
-    if not any(past) or all(o.kind == SCALAR for o in operands) or \
-            any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
+    if not any(past) or sum(past) > 1 or any(o.kind != SCALAR and o.info.kind != "int" for o in operands):
         return operands
     return [Operand(o.name, SCALAR, math.inf if o.value > 0 else -math.inf, None, ()) if p else o
             for o, p in zip(operands, past)]

@@ -365,8 +365,10 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
         raise TypeError(f"numpy's {name}.{method} is not supported on DeviceArrays: pyew's ops are elementwise "
                         f"(np.{name}(...) itself runs on the GPU); copy to the host with .get() for numpy's "
                         f"{name}.{method}")
+    dtype = None
     for k, v in kwargs.items():
-        if k == "dtype" and v is not None and _numpys_own_result(ufunc, operands, v):
+        if k == "dtype" and v is not None and out is None and _numpys_own_result(ufunc, operands, v):
+            dtype = np.dtype(v)          # pyew's result must be it too: checked once computed
             continue
         if not any(v is ok or (isinstance(v, (str, bool, np.bool_)) and v == ok) for ok in _NO_CHANGE.get(k, ())):
             raise TypeError(f"np.{name}(..., {k}={v!r}) is not supported on DeviceArrays: pyew's ops take out= only "
@@ -384,7 +386,11 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
         negative_int_power(inputs[0], inputs[1])
     o = outs[0] if outs else None
     if o is None:
-        return fn(*inputs)
+        res = fn(*inputs)
+        if dtype is not None and res.dtype != dtype:        # a new array: nothing of the caller's written
+            raise TypeError(f"np.{name}(..., dtype={dtype}) is not supported on DeviceArrays here: pyew computes "
+                            f"these inputs in {res.dtype} (convert them, or the result, with .astype())")
+        return res
     return into(fn, inputs, o)
 
 

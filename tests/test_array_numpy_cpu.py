@@ -395,6 +395,10 @@ def test_array_ufunc_calls(lib, rng):
     # keywords at values that change nothing: dtype= the result's own, order 'C', subok=False
     _same(np.add(d, 1, dtype=np.float32, order="C", subok=False), a + t + 1)
     _same(np.exp(d, dtype="float32"), np.exp(a + t))
+    u = pyew.asarray(np.arange(4, dtype=np.uint8))      # numpy's uint8 result; pyew's is int32
+    with pytest.raises(TypeError, match=r"dtype=uint8\) is not supported.*computes these inputs in int32"):
+        np.add(u, u, dtype=np.uint8)
+    assert np.add(u, u).dtype == np.int32
 
 
 @needs_lib
@@ -733,6 +737,9 @@ def test_comparing_ints_with_a_python_int_they_cannot_hold(lib):
         pyew.add(d, 2 ** 40)                        # arithmetic refuses it, as numpy does
     with pytest.raises(OverflowError, match="out of bounds"):
         pyew.equal(2 ** 63, 2 ** 64)                # two would both stand as one infinity: refused
+    for name, a, b in (("equal", 2 ** 64, 5), ("less", 5, 2 ** 64), ("less", np.int64(5), 2 ** 64),
+                       ("less", -(2 ** 64), 5)):        # one, with numbers alone: answered
+        assert getattr(pyew, name)(a, b) == getattr(np, name)(a, b), (name, a, b)
 
 
 def test_indexing_refuses_bools_and_ufunc_at_is_named():
@@ -785,6 +792,9 @@ def test_astype_takes_numpys_arguments(lib):
     np.testing.assert_array_equal(d.copy("A").get(), np.arange(6).reshape(2, 3))
     with pytest.raises(ValueError, match="order='F' is not supported"):
         d.copy("F")
+    assert d.copy("c").shape == (2, 3)
+    with pytest.raises(TypeError, match=r"a stream goes by keyword: copy\(stream=s\)"):
+        d.copy(pyew.Stream())
 
 
 @needs_lib

@@ -522,6 +522,13 @@ def test_storage_dtypes_run_in_the_kernel_they_cast_to(dtype, rng):
     np.testing.assert_array_equal(pyew.where(d, 1.0, 0.0).get(), np.where(h, 1.0, 0.0))
     x = pyew.evaluate("x / 255.0 + y", local_dict={"x": d, "y": 1})
     np.testing.assert_allclose(x.get(), h / 255.0 + 1, rtol=1e-15)
+    # and back: astype and the cast ops to the storage dtypes, in a formula too
+    back = d.astype("float32").astype(dtype)
+    assert back.dtype == info.np
+    np.testing.assert_array_equal(back.get(), h)
+    img = pyew.evaluate(f"to_{dtype}(clip(x * 1.5, {lim.min}, {lim.max}))", local_dict={"x": d})
+    assert img.dtype == info.np
+    np.testing.assert_array_equal(img.get(), np.clip(h * 1.5, lim.min, lim.max).astype(info.np))
     torch = pytest.importorskip("torch")
     if dtype != "uint16":           # torch's uint16 has few kernels
         t = torch.from_dlpack(d)

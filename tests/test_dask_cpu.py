@@ -359,6 +359,8 @@ def test_fusing_stops_where_a_kernel_would_take_too_many_arrays(ed, fakes, rng):
         total = ed.add(total, da.from_array(p, chunks=6)) if isinstance(total, da.Array) else \
             ed.add(da.from_array(total, chunks=6), da.from_array(p, chunks=6))
     np.testing.assert_allclose(total.compute(scheduler="sync"), np.sum(parts, axis=0, dtype=np.float32), rtol=1e-5)
+    with pytest.raises(pyew.FormulaError, match="nests too deeply to compile.*split it"):
+        ed.evaluate(" + ".join(["v"] * 600), local_dict={"v": da.from_array(parts[0], chunks=6)})
     with pytest.raises(TypeError, match="'u' is uint64, which pyew does not support"):
         ed.evaluate("u + 1", local_dict={"u": da.ones(4, chunks=2, dtype=np.uint64)})
     many = {f"v{i}": da.from_array(p, chunks=6) for i, p in enumerate(parts)}

@@ -1007,3 +1007,17 @@ def test_three_operands_promote_as_numpy(vocab, kinds, want):
     sample = {k: np.ones(2, dt.BY_NAME[v].np) for k, v in kinds.items()}
     assert np.clip(sample["b"], 0, sample["y"]).dtype.name == want
     assert typed("clip(b, 0, y)", **kinds).out.name == want
+
+
+def test_arrays_promote_by_numpys_n_ary_rule():
+    """Three arrays' dtypes promote together, as numpy's result_type (and its clip) has them:
+    int8, uint8 and float16 give float16, where promoting two at a time would give float32."""
+    from pyew.operands import _promote_key
+    names = ["float32", "float64", "float16", "int32", "int64", "bool", "int8", "uint8", "int16", "uint16"]
+    for a in names:
+        for b in names:
+            for c in names:
+                key = tuple(np.dtype(n) for n in (a, b, c))
+                want = np.clip(np.zeros(1, a), np.zeros(1, b), np.zeros(1, c)).dtype
+                assert _promote_key(key) == want, (a, b, c)
+    assert _promote_key((np.dtype("int8"), np.dtype("uint8"), np.dtype("float16"))) == np.float16
