@@ -506,6 +506,18 @@ __device__ __forceinline__ T clip(T x, T lo, T hi) {
   return minimum(maximum(x, lo), hi);
 }
 
+// A cast to a narrow int (To: int8_t .. uint16_t, whose range [Lo, Hi] is given): ints wrap around
+// (two's complement, as numpy's astype), floats go toward zero and saturate at the range, NaN to 0,
+// where numpy leaves those undefined, as the casts to int32 and int64 do.
+template <typename To, long long Lo, long long Hi, typename T>
+__device__ __forceinline__ To narrow_int(T x) {
+  if constexpr (is_float_v<T>) {
+    return x == x ? static_cast<To>(x < T(Lo) ? T(Lo) : (x > T(Hi) ? T(Hi) : x)) : To(0);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
 // C's a / b and a % b of integers (b not 0, and not -1 where a may be the most negative), through
 // 32-bit division where both signed 64-bit operands fit 32 bits: a 64-bit division is a long
 // software routine on the GPU, a 32-bit one a few instructions.
