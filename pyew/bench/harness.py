@@ -313,10 +313,14 @@ def random_host(rng: np.random.Generator, dtype: str, count: int) -> np.ndarray:
     sign = rng.integers(0, 2, size=count, dtype=np.int8) * 2 - 1
     if info.kind == "bool":
         return sign > 0
-    if info.kind == "int":          # nonzero and within the dtype (the storage dtypes are narrow)
-        lim = np.iinfo(info.np)
-        v = rng.integers(1, min(1000, int(lim.max)), size=count, dtype=np.int64)
-        return (v * sign if lim.min < 0 else v).astype(info.np)
+    if info.kind == "int":
+        v = rng.integers(1, 1000, size=count, dtype=np.int64)
+        if info.itemsize < 4:       # the storage dtypes: nonzero, and within their range
+            lim = np.iinfo(info.np)
+            v = v % int(lim.max) + 1
+            if lim.min == 0:
+                return v.astype(info.np)
+        return (v * sign).astype(info.np)
     work = np.float64 if info.name == "float64" else np.float32
     return ((rng.random(count, dtype=work) * work(3.9) + work(0.1)) * sign).astype(info.np)
 
