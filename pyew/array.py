@@ -677,16 +677,19 @@ class DeviceArray:
     def _flat_order(self, order: str) -> str:
         return "C" if order == "K" or (order == "F" and self.ndim <= 1) else order
 
+    def _check_order(self, order: str, what: str) -> None:
+        """A result's order: pyew's arrays are C-ordered, which 'C', 'A' and 'K' accept, and 'F'
+        for one dimension."""
+        if order not in ("C", "A", "K") and not (order == "F" and self.ndim <= 1):
+            raise ValueError(f"{what}: pyew's arrays are C-ordered; order={order!r} is not supported")
+
     def copy(self, order: str = "C", *, stream=None) -> "DeviceArray":
         """A copy on the same GPU, after the work queued on this array (as get() is). order: the
         copy is C-ordered ('C', 'A', 'K'; 'F' only for one dimension), as numpy's copy orders."""
         if not isinstance(order, str):
             raise TypeError(f"copy: order is 'C', 'A', 'K' or 'F', not {type(order).__name__} (a stream goes by "
                             "keyword: copy(stream=s))")
-        order = order.upper()
-        if order not in ("C", "A") and self._flat_order(order) != "C":
-            raise ValueError(f"copy: pyew's arrays are C-ordered; order={order!r} is not supported for "
-                             f"{self.ndim} dimensions")
+        self._check_order(order.upper(), "copy")
         with rt.on(self.buffer.stream.ordinal):
             s = rt.resolve_stream(stream)
             out = DeviceArray.new(self.shape, self.info, s)
@@ -701,8 +704,7 @@ class DeviceArray:
         default: float to int saturates toward zero, NaN to 0). order: the result is C-ordered
         ('C', 'A', 'K'; 'F' only for one dimension)."""
         info = lookup_dtype(dtype)
-        if order not in ("C", "A", "K") and not (order == "F" and self.ndim <= 1):
-            raise ValueError(f"astype: pyew's arrays are C-ordered; order={order!r} is not supported")
+        self._check_order(order, "astype")
         if casting != "unsafe" and not np.can_cast(self.dtype, info.np, casting):
             raise TypeError(f"Cannot cast array data from {self.dtype!r} to {info.np!r} according to the rule "
                             f"{casting!r}")

@@ -263,7 +263,7 @@ class Program:
         """x ** c (c a Python number of the formula) as numexpr computes it where numpy's result is
         the same: c of 1..4 as multiplications of x or, for floats, -1..-4 of 1/x, 0.5 as sqrt;
         anything else through power. An int x takes an int c as such (int ** 2 is an int), a
-        float c in float64 (numpy's int ** 2.0); int ** a negative int is numpy's error."""
+        float c in float64 (numpy's int ** 2.0); int ** a negative int goes to power, which refuses it."""
         base, c = n.args[0], n.args[1].value
         if isinstance(c, bool) or not isinstance(c, (int, float)) or base_info.kind not in ("int", "float"):
             return None
@@ -282,9 +282,7 @@ class Program:
                 base, base_info = Call(f"to_{wide.name}", (base,)), wide
         if base_info.kind == "int":
             if c < 0:
-                raise FormulaError(f"in formula {self.text!r}: {formula.text(base)} is an integer array, and "
-                                   f"integers to negative integer powers are not allowed (numpy's rule); write "
-                                   f"** {float(c)!r} for a float result")
+                return None
         elif c == 0.5:
             return Call("sqrt", (base,), operator=True)
         if not (math.isfinite(c) and float(c).is_integer() and 1 <= abs(c) <= 4):
@@ -397,8 +395,8 @@ class Program:
                 if isinstance(expr, tuple):
                     self.int_exponents.append(expr[1])      # numpy refuses a negative one: checked per call
                 elif isinstance(n.args[1], Const) and n.args[1].value < 0:
-                    raise FormulaError(f"in formula {self.text!r}: {formula.text(n)} takes an integer to a negative "
-                                       "integer power, which numpy does not allow; write the exponent as a float "
+                    raise FormulaError(f"in formula {self.text!r}: {formula.text(n)}: integers to negative integer "
+                                       f"powers are not allowed (numpy's rule); write the exponent as a float "
                                        f"({float(n.args[1].value)!r}) for a float result")
             args.append(self._as(info, inf.get(name, expr), want, n.op, name))
         for p in op.params:
